@@ -1,0 +1,69 @@
+"""tunesmith: picks the fastest kernel for every matmul-shaped operation, and remembers it.
+
+    import tunesmith
+    sel = tunesmith.tune("addmm", bias, a, b, epilogue=["relu"])
+    out = sel.kernel(bias, a, b)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunesmith import hooks
+from tunesmith.cache.stack import reset_backoff
+from tunesmith.counters import counters
+from tunesmith.errors import NoValidChoicesError, OptionError, ProblemError, TunesmithError, TunesmithWarning
+from tunesmith.options import Options
+from tunesmith.plugins import get_system
+from tunesmith.selection import Selection, clear_memory
+from tunesmith.settings import current_options, options
+from tunesmith.tune import tune
+from tunesmith_hookspecs import SPEC_VERSION, hookimpl
+
+__version__ = "0.1.0"
+
+
+def register(plugin: Any, name: str | None = None) -> str:
+    """Add, at run time, an object or module carrying hookimpls; returns the name it goes by.
+
+    The name defaults to the object's ``name`` attribute, else its ``__name__``, else its type's
+    name. A backend's ChoiceSpecs must carry that name as their ``backend``.
+    """
+    return get_system().register(plugin, name)
+
+
+def unregister(plugin: Any) -> None:
+    """Remove a plugin added with :func:`register` (by object or name)."""
+    get_system().unregister(plugin)
+    hooks._status_cache.clear()
+
+
+def reset() -> None:
+    """Clear in-memory state: selections, counters, cache back-off, plugin status answers.
+
+    Settings, active ``options()`` blocks and registered plugins stay.
+    """
+    clear_memory()
+    counters.clear()
+    reset_backoff()
+    hooks._status_cache.clear()
+
+
+__all__ = [
+    "SPEC_VERSION",
+    "NoValidChoicesError",
+    "OptionError",
+    "Options",
+    "ProblemError",
+    "Selection",
+    "TunesmithError",
+    "TunesmithWarning",
+    "counters",
+    "current_options",
+    "hookimpl",
+    "options",
+    "register",
+    "reset",
+    "tune",
+    "unregister",
+]

@@ -1,0 +1,109 @@
+"""The default benchmarker: precompile in parallel threads, then time each choice in this process.
+
+A choice that raises in ``precompile()``, ``kernel()`` or its run, or returns the wrong shape or
+dtype, gets an infinite time and its error; it never stops the others. Times are the median of
+``bench_repeat`` runs after ``bench_warmup`` untimed ones: CUDA events on a GPU, a monotonic
+clock on the CPU.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tunesmith_hookspecs import Choice, Problem, Timing
+from tunesmith.counters import bump
+from tunesmith.options import Options
+from tunesmith.plugins import _describe
+
+log = logging.getLogger(__name__)
+
+BUDGET_EXHAUSTED = "not timed: budget_s ran out"
+
+
+def precompile_all(choices: Sequence[Choice], threads: int) -> list[str | None]:
+    """Run every ``precompile()`` on ``threads`` worker threads; the error text of each, or None."""
+
+    def one(choice: Choice) -> str | None:
+        bump("precompile")
+        try:
+            choice.precompile()
+        except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
+            bump("choice_failed")
+            return f"precompile: {_describe(exc)}"
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tunesmith-compile") as pool:
+        return list(pool.map(one, choices))
+
+
+def time_callable(fn: Callable[[], Any], device: torch.device, warmup: int, repeat: int) -> float:
+    """Median milliseconds of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+    else:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def check_output(problem: Problem, out: Any) -> None:
+    """Raise when a kernel's result is not a tensor of the Problem's output shape and dtype."""
+    want = (tuple(problem.output.shape), problem.output.dtype)
+    got = (tuple(out.shape), str(out.dtype).removeprefix("torch.")) if isinstance(out, torch.Tensor) else None
+    if got != want:
+        raise TypeError(f"kernel returned {got or type(out).__name__}, expected shape and dtype {want}")
+
+
+class InprocessBenchmarker:
+    """Times choices in the calling process (``benchmark="inprocess"``)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def benchmark(self, problem: Problem, choices: Sequence[Choice], inputs: Sequence[torch.Tensor]) -> list[Timing]:
+        errors = precompile_all(choices, self.options.compile_threads)
+        device = inputs[0].device if inputs else torch.device("cpu")
+        budget = self.options.budget_s
+        start = time.monotonic()
+        timings = []
+        for choice, error in zip(choices, errors, strict=True):
+            out_of_budget = budget is not None and time.monotonic() - start > budget
+            if error is None and out_of_budget and any(t.ok for t in timings):
+                timings.append(Timing(choice.spec, math.inf, BUDGET_EXHAUSTED))
+                continue
+            if error is None:
+                try:
+                    timings.append(Timing(choice.spec, self._time(problem, choice, inputs, device)))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
+                    bump("choice_failed")
+                    error = f"run: {_describe(exc)}"
+            log.info("choice %s failed: %s", choice.spec, error)
+            timings.append(Timing(choice.spec, math.inf, error))
+        return timings
+
+    def _time(self, problem: Problem, choice: Choice, inputs: Sequence[torch.Tensor], device: torch.device) -> float:
+        kernel = choice.kernel()
+        with torch.no_grad():
+            check_output(problem, kernel(*inputs))
+            return time_callable(lambda: kernel(*inputs), device, self.options.bench_warmup, self.options.bench_repeat)

@@ -1,0 +1,1 @@
+"""Cache layers (memory aside), entries and keys."""

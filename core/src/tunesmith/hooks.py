@@ -1,0 +1,224 @@
+"""The one place the core calls plugin hooks: a typed function per hook, validating what returns.
+
+A plugin whose hook returns something that is not a choice (or not a cache layer) gets one
+error in the log naming the plugin, and only that plugin's results are dropped. Plugins in the
+current ``disabled_plugins`` are never called.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pluggy
+
+from tunesmith_hookspecs import (
+    Benchmarker,
+    CacheLayer,
+    Choice,
+    ChoiceSpec,
+    PluginStatus,
+    Problem,
+    SelectionReport,
+)
+from tunesmith.options import Options
+from tunesmith.plugins import PluginSystem, _describe, get_system
+
+log = logging.getLogger(__name__)
+
+BASELINE_BACKEND = "aten"
+_status_cache: dict[str, PluginStatus] = {}
+
+
+class PluginOutputError(TypeError):
+    """A hook returned something of the wrong kind; the message names the plugin."""
+
+
+def _impls(system: PluginSystem, hook: str, options: Options) -> Iterator[pluggy.HookImpl]:
+    """The implementations of ``hook`` in pluggy's call order, disabled plugins left out."""
+    caller: pluggy.HookCaller = getattr(system.pm.hook, hook)
+    for impl in reversed(caller.get_hookimpls()):
+        if impl.plugin_name not in options.disabled_plugins:
+            yield impl
+
+
+def _call(impl: pluggy.HookImpl, **kwargs: Any) -> Any:
+    return impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+def _subset(system: PluginSystem, hook: str, options: Options) -> pluggy.HookCaller:
+    disabled = [r.plugin for r in system.records.values() if r.loaded and r.name in options.disabled_plugins]
+    return system.pm.subset_hook_caller(hook, disabled) if disabled else getattr(system.pm.hook, hook)
+
+
+def _sequence(plugin: str, hook: str, result: Any) -> Sequence[Any]:
+    if result is None:
+        return []
+    if isinstance(result, str | bytes) or not isinstance(result, Sequence | set | frozenset | tuple):
+        try:
+            return list(result)
+        except TypeError:
+            raise PluginOutputError(
+                f"plugin {plugin!r}: {hook} returned {type(result).__name__}, not a sequence"
+            ) from None
+    return list(result)
+
+
+def validate_choices(plugin: str, result: Any) -> list[Choice]:
+    """The choices of one plugin, or PluginOutputError naming it and the bad item."""
+    items = _sequence(plugin, "tunesmith_choices", result)
+    for i, item in enumerate(items):
+        spec = getattr(item, "spec", None)
+        if not isinstance(item, Choice) or not isinstance(spec, ChoiceSpec):
+            raise PluginOutputError(
+                f"plugin {plugin!r}: tunesmith_choices item {i} is {item!r}, not a choice "
+                "(needs spec: ChoiceSpec, precompile() and kernel())"
+            )
+        if spec.backend != plugin:
+            raise PluginOutputError(
+                f"plugin {plugin!r}: choice {spec} names backend {spec.backend!r}; "
+                f"a ChoiceSpec's backend must be the plugin's name {plugin!r}"
+            )
+    return items
+
+
+def plugin_status(name: str) -> PluginStatus:
+    """Whether plugin ``name`` can run here (cached per process; ``tunesmith.reset()`` clears)."""
+    if name in _status_cache:
+        return _status_cache[name]
+    system = get_system()
+    record = system.records.get(name)
+    status = PluginStatus(True)
+    if record is None:
+        status = PluginStatus(False, "not installed")
+    elif record.disabled:
+        status = PluginStatus(False, "disabled by the disabled_plugins setting")
+    elif not record.loaded:
+        status = PluginStatus(False, f"failed to load: {record.error}")
+    else:
+        for impl in system.pm.hook.tunesmith_plugin_status.get_hookimpls():
+            if impl.plugin is record.plugin:
+                try:
+                    answer = impl.function()
+                except Exception as exc:  # noqa: BLE001 - reported as "cannot run here"
+                    answer = PluginStatus(False, f"tunesmith_plugin_status raised {_describe(exc)}")
+                if answer is not None and not isinstance(answer, PluginStatus):
+                    answer = PluginStatus(False, f"tunesmith_plugin_status returned {answer!r}, not a PluginStatus")
+                status = answer or status
+    _status_cache[name] = status
+    return status
+
+
+def backend_names(options: Options) -> list[str]:
+    """The enabled backends in order: ``backends``, or aten then every other backend by name."""
+    if options.backends is not None:
+        return list(options.backends)
+    system = get_system()
+    offered = sorted({impl.plugin_name for impl in _impls(system, "tunesmith_choices", options)})
+    return sorted(offered, key=lambda name: name != BASELINE_BACKEND)
+
+
+def choices(problem: Problem, options: Options) -> tuple[list[Choice], dict[str, str]]:
+    """Every enabled backend's choices in ``backends`` order, and why each empty backend gave none."""
+    system = get_system()
+    impls = {impl.plugin_name: impl for impl in _impls(system, "tunesmith_choices", options)}
+    found: list[Choice] = []
+    reasons: dict[str, str] = {}
+    for name in backend_names(options):
+        status = plugin_status(name)
+        if not status.runnable:
+            reasons[name] = f"cannot run here: {status.reason}"
+            continue
+        if name in options.disabled_plugins:
+            reasons[name] = "disabled by the disabled_plugins setting"
+            continue
+        impl = impls.get(name)
+        if impl is None:
+            reasons[name] = "is not a backend (it implements no tunesmith_choices)"
+            continue
+        try:
+            offered = validate_choices(name, _call(impl, problem=problem, options=options))
+        except PluginOutputError as exc:
+            log.error("%s", exc)
+            reasons[name] = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - one backend's bug must not stop the others
+            log.exception("tunesmith_choices of plugin %r raised", name)
+            reasons[name] = f"tunesmith_choices raised {_describe(exc)}"
+            continue
+        if not offered:
+            reasons[name] = "offered no choices for this problem"
+        found.extend(offered)
+    return found, reasons
+
+
+def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choice | None:
+    """A runnable choice for a cached spec: the rebuild hook, else enumerate-and-match."""
+    system = get_system()
+    if spec.backend in options.disabled_plugins or not plugin_status(spec.backend).runnable:
+        return None
+    for impl in _impls(system, "tunesmith_rebuild_choice", options):
+        choice = _call(impl, spec=spec, problem=problem)
+        if choice is None:
+            continue
+        if isinstance(choice, Choice) and getattr(choice, "spec", None) == spec:
+            return choice
+        log.error("plugin %r: tunesmith_rebuild_choice(%s) returned %r, not a choice with that spec",
+                  impl.plugin_name, spec, choice)
+    for impl in _impls(system, "tunesmith_choices", options):
+        if impl.plugin_name == spec.backend:
+            try:
+                offered = validate_choices(spec.backend, _call(impl, problem=problem, options=options))
+            except PluginOutputError as exc:
+                log.error("%s", exc)
+                return None
+            return next((c for c in offered if c.spec == spec), None)
+    return None
+
+
+def validate_layers(plugin: str, result: Any) -> list[CacheLayer]:
+    items = _sequence(plugin, "tunesmith_cache_backends", result)
+    for i, item in enumerate(items):
+        if not isinstance(item, CacheLayer) or not isinstance(getattr(item, "name", None), str):
+            raise PluginOutputError(
+                f"plugin {plugin!r}: tunesmith_cache_backends item {i} is {item!r}, not a cache layer "
+                "(needs name: str, get(key) and put(key, value))"
+            )
+    return items
+
+
+def cache_layers(options: Options) -> list[CacheLayer]:
+    """The persistent cache layers in ``caches`` order (default: ``local``, then plugins' by name)."""
+    system = get_system()
+    offered: dict[str, tuple[str, CacheLayer]] = {}
+    for impl in _impls(system, "tunesmith_cache_backends", options):
+        try:
+            layers = validate_layers(impl.plugin_name, _call(impl, options=options))
+        except PluginOutputError as exc:
+            log.error("%s", exc)
+            continue
+        for layer in layers:
+            if layer.name in offered:
+                log.error("cache layer %r is offered by plugins %r and %r; keeping the first",
+                          layer.name, offered[layer.name][0], impl.plugin_name)
+                continue
+            offered[layer.name] = (impl.plugin_name, layer)
+    if options.caches is None:
+        names = sorted(offered, key=lambda n: (n != "local", n))
+    else:
+        names = list(options.caches)
+        for missing in [n for n in names if n not in offered]:
+            log.warning("cache layer %r is not offered by any plugin under the current settings", missing)
+    return [offered[n][1] for n in names if n in offered]
+
+
+def benchmarker(options: Options) -> Benchmarker:
+    result = _subset(get_system(), "tunesmith_benchmarker", options)(options=options)
+    if not isinstance(result, Benchmarker):
+        raise PluginOutputError(f"tunesmith_benchmarker returned {result!r}, not an object with benchmark()")
+    return result
+
+
+def selection_done(report: SelectionReport, options: Options) -> None:
+    _subset(get_system(), "tunesmith_selection_done", options)(report=report)

@@ -1,0 +1,119 @@
+"""What a Problem means, in plain torch: the eager run, the float64 reference, the error measure.
+
+Backends use :func:`run_op` and :func:`apply_epilogue` as their semantics; tests and ``verify``
+compare any kernel's output with :func:`reference` through :func:`relative_error` and
+:func:`tolerance`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from tunesmith_hookspecs import Problem
+
+_UNARY = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def run_op(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The op alone (no epilogue), with torch's own kernels, in the tensors' dtype."""
+    t = tensors
+    alpha, beta = problem.scalar("alpha", 1.0), problem.scalar("beta", 1.0)
+    if problem.op == "mm":
+        return torch.mm(t[0], t[1])
+    if problem.op == "addmm":
+        return torch.addmm(t[0], t[1], t[2], beta=beta, alpha=alpha)
+    if problem.op == "bmm":
+        return torch.bmm(t[0], t[1])
+    if problem.op == "baddbmm":
+        return torch.baddbmm(t[0], t[1], t[2], beta=beta, alpha=alpha)
+    if problem.op == "mm_plus_mm":
+        return torch.mm(t[0], t[1]) + torch.mm(t[2], t[3])
+    bias = t[2] if problem.num_op_inputs == 3 else None
+    return F.conv2d(
+        t[0],
+        t[1],
+        bias,
+        stride=tuple(problem.scalar("stride")),
+        padding=tuple(problem.scalar("padding")),
+        dilation=tuple(problem.scalar("dilation")),
+        groups=problem.scalar("groups"),
+    )
+
+
+def apply_epilogue(
+    problem: Problem, out: torch.Tensor, tensors: Sequence[torch.Tensor], exact: bool = False
+) -> torch.Tensor:
+    """Apply the epilogue chain to ``out``. The running dtype changes only at a ``cast`` step;
+    with ``exact`` (the float64 reference) values stay float64 and a cast only rounds them."""
+    dtype = getattr(torch, problem.inputs[0].dtype)
+    for step in problem.epilogue:
+        if step.name in _UNARY:
+            out = _UNARY[step.name](out)
+        elif step.name == "cast":
+            dtype = getattr(torch, step.dtype)
+            out = out.to(dtype).to(torch.float64) if exact else out.to(dtype)
+        else:
+            operand = tensors[step.input].to(out.dtype) if step.input is not None else step.scalar
+            out = out + operand if step.name == "add" else out * operand
+    return out
+
+
+def finish(problem: Problem, out: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Apply the epilogue to the op's result ``out``; return the contiguous output of the output dtype."""
+    out = apply_epilogue(problem, out, tensors)
+    return out.to(getattr(torch, problem.output.dtype)).contiguous()
+
+
+def run(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The eager result of the whole Problem, as a fresh contiguous tensor."""
+    with torch.no_grad():
+        return finish(problem, run_op(problem, tensors), tensors)
+
+
+def reference(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The float64 result on the CPU: what every kernel is checked against."""
+    wide = [t.detach().to("cpu", torch.float64) for t in tensors]
+    with torch.no_grad():
+        return apply_epilogue(problem, run_op(problem, wide), wide, exact=True)
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; infinite when ``out`` has a NaN, the wrong shape or is not a tensor."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
+        return math.inf
+    diff = out.detach().to("cpu", torch.float64) - ref
+    if not torch.isfinite(diff).all():
+        return math.inf
+    scale = float(ref.norm())
+    return float(diff.norm()) / scale if scale > 0 else float(diff.norm())
+
+
+def tf32_allowed(problem: Problem) -> bool:
+    """Whether torch may use TF32 for this float32 problem on a CUDA device."""
+    if problem.device != "cuda":
+        return False
+    if problem.op == "conv":
+        return bool(torch.backends.cudnn.allow_tf32)
+    return torch.get_float32_matmul_precision() != "highest"
+
+
+def tolerance(problem: Problem) -> float:
+    """The relative-norm tolerance for the lowest precision the Problem passes through."""
+    dtypes = {meta.dtype for meta in problem.inputs[: problem.num_op_inputs]}
+    dtypes |= {step.dtype for step in problem.epilogue if step.dtype}
+    if "bfloat16" in dtypes:
+        return 1e-2
+    if "float16" in dtypes:
+        return 5e-3
+    return 1e-3 if tf32_allowed(problem) else 1e-5

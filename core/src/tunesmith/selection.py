@@ -1,0 +1,184 @@
+"""Selection of one Problem's kernel: memory, then the cache layers, else tune and store.
+
+Tuning gathers choices from every enabled backend, times them with the benchmarker, picks the
+fastest (ties go to the earlier backend in ``backends``), optionally verifies it against the
+float64 reference, and stores the answer in every layer.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from tunesmith import hooks
+from tunesmith.bench import BUDGET_EXHAUSTED
+from tunesmith.cache.keys import device_name, selection_key
+from tunesmith.cache.stack import CacheStack
+from tunesmith.counters import bump
+from tunesmith.errors import NoValidChoicesError, TunesmithWarning
+from tunesmith.ops import reference, relative_error, tolerance
+from tunesmith.options import Options
+from tunesmith.plugins import get_system
+from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
+
+
+@attrs.frozen
+class SelectionEntry:
+    """The payload of an autotune cache entry."""
+
+    chosen: ChoiceSpec
+    timings: tuple[Timing, ...]
+    device_name: str
+    tuning_s: float
+    budget_exhausted: bool = False
+
+
+@attrs.frozen(eq=False)
+class Selection:
+    """The answer for one Problem: the chosen spec, every time measured, and a runnable kernel."""
+
+    problem: Problem
+    spec: ChoiceSpec
+    timings: dict[ChoiceSpec, float]
+    kernel: Callable[..., Any]
+    cached: bool
+    report: SelectionReport
+
+    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.kernel(*tensors)
+
+
+_memory: dict[str, Selection] = {}
+_memory_lock = threading.Lock()
+
+
+def clear_memory() -> None:
+    with _memory_lock:
+        _memory.clear()
+
+
+def describe(problem: Problem) -> str:
+    shapes = " x ".join(str(tuple(m.shape)) for m in problem.inputs[: problem.num_op_inputs])
+    steps = "".join(f" -> {s.name}" for s in problem.epilogue)
+    return f"{problem.op} {shapes} {problem.inputs[0].dtype} on {problem.device}{steps}"
+
+
+def _backends_with_versions(options: Options) -> list[tuple[str, str | None]]:
+    records = get_system().records
+    return [(name, records[name].version if name in records else None) for name in hooks.backend_names(options)]
+
+
+def _make(problem: Problem, key: str, entry: SelectionEntry, kernel: Callable[..., Any], source: str) -> Selection:
+    report = SelectionReport(
+        problem, key, entry.chosen, entry.timings, source, entry.device_name, entry.tuning_s, entry.budget_exhausted
+    )
+    timings = {t.spec: t.ms for t in entry.timings}
+    return Selection(problem, entry.chosen, timings, kernel, source != "tuned", report)
+
+
+def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -> Selection:
+    """The selection for ``problem``, from the first cache layer that has it, else freshly tuned."""
+    device = inputs[0].device
+    key = selection_key(problem, device, _backends_with_versions(options))
+    with _memory_lock:
+        hit = _memory.get(key)
+    if hit is not None:
+        bump("autotune_memory_hit")
+        selection = attrs.evolve(hit, cached=True, report=attrs.evolve(hit.report, source="memory"))
+        hooks.selection_done(selection.report, options)
+        return selection
+    stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
+    found = stack.get(key, lambda payload: structure(payload, SelectionEntry))
+    selection = _from_cache(problem, key, *found, options) if found else None
+    if selection is None:
+        entry, kernel = _tune(problem, inputs, options, device)
+        stack.put(key, unstructure(entry))
+        selection = _make(problem, key, entry, kernel, "tuned")
+    with _memory_lock:
+        _memory[key] = selection
+    hooks.selection_done(selection.report, options)
+    return selection
+
+
+def _from_cache(problem: Problem, key: str, entry: SelectionEntry, layer: str, options: Options) -> Selection | None:
+    choice = hooks.rebuild_choice(entry.chosen, problem, options)
+    error = "no installed plugin rebuilds it"
+    if choice is not None:
+        try:
+            choice.precompile()
+            return _make(problem, key, entry, choice.kernel(), layer)
+        except Exception as exc:  # noqa: BLE001 - a stale entry is re-tuned, not fatal
+            error = f"{type(exc).__name__}: {exc}"
+    bump("cache_rebuild_failed")
+    warnings.warn(
+        f"cached choice {entry.chosen} (from {layer!r}) cannot run here ({error}); tuning again",
+        TunesmithWarning,
+        stacklevel=3,
+    )
+    return None
+
+
+def _tune(
+    problem: Problem, inputs: Sequence[torch.Tensor], options: Options, device: torch.device
+) -> tuple[SelectionEntry, Callable[..., Any]]:
+    start = time.monotonic()
+    choices, reasons = hooks.choices(problem, options)
+    if not choices:
+        raise NoValidChoicesError(describe(problem), reasons)
+    timings = hooks.benchmarker(options).benchmark(problem, choices, inputs)
+    if len(timings) != len(choices):
+        raise RuntimeError(f"the benchmarker returned {len(timings)} timings for {len(choices)} choices")
+    timings = list(timings)
+    ranked = sorted((i for i, t in enumerate(timings) if t.ok), key=lambda i: (timings[i].ms, i))
+    if options.verify:
+        ranked = _verified(problem, choices, timings, ranked, inputs)
+    if not ranked:
+        raise NoValidChoicesError(describe(problem), {**reasons, **_failures(choices, timings)})
+    best = choices[ranked[0]]
+    entry = SelectionEntry(
+        best.spec,
+        tuple(timings),
+        device_name(device),
+        time.monotonic() - start,
+        any(t.error == BUDGET_EXHAUSTED for t in timings),
+    )
+    return entry, best.kernel()
+
+
+def _verified(
+    problem: Problem, choices: Sequence[Choice], timings: list[Timing], ranked: list[int], inputs: Sequence[torch.Tensor]
+) -> list[int]:
+    """Drop, fastest first, each winner whose output is wrong, until one is right."""
+    ref = reference(problem, inputs)
+    tol = tolerance(problem)
+    for pos, i in enumerate(ranked):
+        with torch.no_grad():
+            err = relative_error(choices[i].kernel()(*inputs), ref)
+        if err <= tol:
+            return ranked[pos:]
+        bump("verify_rejected")
+        warnings.warn(
+            f"verify: {choices[i].spec} is wrong for {describe(problem)} "
+            f"(relative error {err:.3g} > {tol:g}); taking the next best",
+            TunesmithWarning,
+            stacklevel=4,
+        )
+        timings[i] = Timing(choices[i].spec, math.inf, f"verify: relative error {err:.3g} > {tol:g}")
+    return []
+
+
+def _failures(choices: Sequence[Choice], timings: Sequence[Timing]) -> dict[str, str]:
+    by_backend: dict[str, list[str]] = {}
+    for choice, timing in zip(choices, timings, strict=True):
+        by_backend.setdefault(choice.spec.backend, []).append(f"{choice.spec}: {timing.error}")
+    return {
+        backend: f"all {len(errs)} choice(s) failed: " + "; ".join(errs[:3]) + (" ..." if len(errs) > 3 else "")
+        for backend, errs in by_backend.items()
+    }

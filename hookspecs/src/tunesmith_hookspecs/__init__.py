@@ -1,0 +1,63 @@
+"""The tunesmith plugin contract: hook specifications, the ``hookimpl`` marker and boundary types.
+
+A plugin needs nothing else from tunesmith::
+
+    from tunesmith_hookspecs import ChoiceSpec, hookimpl
+
+Importing this package does not import torch.
+"""
+
+import pluggy
+
+from tunesmith_hookspecs.hookspecs import PROJECT_NAME
+from tunesmith_hookspecs.serde import SerdeError, from_json, structure, to_json, unstructure
+from tunesmith_hookspecs.types import (
+    DTYPES,
+    EPILOGUE_OPS,
+    OPS,
+    Benchmarker,
+    CacheLayer,
+    Choice,
+    ChoiceSpec,
+    DeviceInfo,
+    EpilogueOp,
+    OptionRegistry,
+    PluginStatus,
+    Problem,
+    SelectionReport,
+    TensorMeta,
+    Timing,
+)
+
+#: Version of this contract. It enters every cache key, so entries written under another
+#: contract are never read back.
+SPEC_VERSION = 1
+
+#: Marks a plugin's hook implementations.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+__all__ = [
+    "DTYPES",
+    "EPILOGUE_OPS",
+    "OPS",
+    "PROJECT_NAME",
+    "SPEC_VERSION",
+    "Benchmarker",
+    "CacheLayer",
+    "Choice",
+    "ChoiceSpec",
+    "DeviceInfo",
+    "EpilogueOp",
+    "OptionRegistry",
+    "PluginStatus",
+    "Problem",
+    "SelectionReport",
+    "SerdeError",
+    "TensorMeta",
+    "Timing",
+    "from_json",
+    "hookimpl",
+    "structure",
+    "to_json",
+    "unstructure",
+]

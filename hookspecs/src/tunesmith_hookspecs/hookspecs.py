@@ -1,0 +1,327 @@
+"""The tunesmith hook specifications: the plugin author's reference.
+
+A plugin is any module or object carrying functions named like these hooks and decorated with
+:data:`tunesmith_hookspecs.hookimpl`. It may accept fewer arguments than a spec lists (specs gain
+arguments over time, never lose them). Hooks marked *firstresult* stop at the first
+implementation that returns something other than ``None``; the others collect every
+implementation's result, in registration order (most recently registered first, as pluggy does).
+
+The ``options`` argument passed to hooks is the resolved settings object of the core
+(``tunesmith.Options``): core settings are attributes (``options.backends``), and so are the ones
+plugins declare through :func:`tunesmith_add_options` (``options.redis_url``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from tunesmith_hookspecs.types import (
+        Benchmarker,
+        CacheLayer,
+        Choice,
+        ChoiceSpec,
+        DeviceInfo,
+        OptionRegistry,
+        PluginStatus,
+        Problem,
+        SelectionReport,
+    )
+
+PROJECT_NAME = "tunesmith"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+# --- settings and status ---------------------------------------------------------------------
+
+
+@hookspec
+def tunesmith_add_options(options: OptionRegistry) -> None:
+    """Declare this plugin's own settings.
+
+    Called once, when the plugin manager loads plugins. Each declared setting gets the same
+    layering as the core's (defaults, config file, ``TUNESMITH_<NAME>`` environment variable,
+    ``tunesmith.options(...)``, per call) and is read back as ``options.<name>``.
+
+    :param options: the registry; call ``options.add(name, default, parse=None, help="")``.
+        ``parse`` converts a raw value (a string from the environment or a TOML value) and
+        raises ``ValueError`` with a message saying what it accepts.
+    :returns: nothing.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_add_options(options):
+            options.add("redis_url", None, parse=str, help="redis://host:port/db of the shared cache")
+    """
+
+
+@hookspec
+def tunesmith_plugin_status() -> PluginStatus | None:
+    """Say whether this plugin can run on this machine, and if not, why.
+
+    ``tunesmith plugins`` shows the answer; a backend that is not runnable offers no choices
+    (the core also skips it, naming the reason when nothing valid is left). Keep it cheap: no
+    compilation, no device work beyond queries. Not implementing it means "runnable".
+
+    :returns: a :class:`~tunesmith_hookspecs.types.PluginStatus`, or ``None``.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_plugin_status():
+            if shutil.which("nvcc") is None:
+                return PluginStatus(False, "nvcc not found on PATH")
+            return PluginStatus(True)
+    """
+
+
+# --- lowering and choices --------------------------------------------------------------------
+
+
+@hookspec
+def tunesmith_lowerings() -> Sequence[Any]:
+    """Extra op-pattern -> Problem lowerings for the ``torch.compile`` backend.
+
+    :returns: a sequence of lowering objects, each with a ``name`` and a
+        ``match(node: torch.fx.Node)`` method returning the matched nodes and the Problem they
+        form, or ``None``. The compile backend documents the exact shape of a match.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_lowerings():
+            return [ScaledMatmulLowering()]
+    """
+
+
+@hookspec
+def tunesmith_choices(problem: Problem, options: Any) -> Sequence[Choice]:
+    """Candidate kernels for one Problem.
+
+    Return every choice this backend can run for ``problem`` on this machine, or an empty list
+    when it supports none (an unsupported op, dtype or device is not an error). Each choice has a
+    ``spec`` (a :class:`~tunesmith_hookspecs.types.ChoiceSpec` whose ``backend`` is this
+    plugin's entry-point name), ``precompile()`` (slow work, may run in a worker; raises on
+    failure) and ``kernel()`` (returns a callable taking the Problem's input tensors in order and
+    returning the output, epilogue included). The core validates what is returned: anything
+    that is not such a choice gets one error naming this plugin, and only this plugin's results
+    are dropped. Listed backends are called in ``options.backends`` order.
+
+    :param problem: the Problem to tune.
+    :param options: the resolved settings.
+    :returns: a sequence of choices (possibly empty).
+
+    Example::
+
+        @hookimpl
+        def tunesmith_choices(problem, options):
+            if problem.op != "mm":
+                return []
+            return [MyChoice(ChoiceSpec("mine", "mm", {"BLOCK": b}), problem) for b in (64, 128)]
+    """
+
+
+@hookspec(firstresult=True)
+def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
+    """Turn a cached ChoiceSpec back into a runnable choice, without enumerating all choices.
+
+    *firstresult*: stops at the first implementation that returns a choice. Return ``None``
+    when ``spec.backend`` is not this plugin's name, or the spec no longer applies. Where no
+    plugin rebuilds a spec, the core calls ``tunesmith_choices`` of the spec's backend and picks
+    the choice with an equal spec.
+
+    :param spec: the spec read from a cache or a benchmark request.
+    :param problem: the Problem it was chosen for.
+    :returns: a choice whose ``spec == spec``, or ``None``.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_rebuild_choice(spec, problem):
+            if spec.backend == "mine":
+                return MyChoice(spec, problem)
+            return None
+    """
+
+
+# --- cost model ------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tunesmith_estimate_runtime(node: Any, device: Any) -> float | None:
+    """A cost-model estimate of a node's (or a choice's) runtime in milliseconds.
+
+    *firstresult*: stops at the first non-``None`` answer; the core's roofline model answers
+    last. ``node`` is a ``torch.fx.Node`` from a traced graph or a choice of this plugin.
+
+    :param node: what to estimate.
+    :param device: a :class:`~tunesmith_hookspecs.types.DeviceInfo` profile.
+    :returns: milliseconds, or ``None`` to leave it to another plugin.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_estimate_runtime(node, device):
+            if isinstance(node, MyChoice):
+                return node.flops / dict(device.peak_flops)["bfloat16"] * 1e3
+            return None
+    """
+
+
+@hookspec(firstresult=True)
+def tunesmith_device_info(device: Any) -> DeviceInfo | None:
+    """The profile of a device: peak FLOP/s per dtype, memory and interconnect bandwidth.
+
+    *firstresult*: stops at the first non-``None`` answer.
+
+    :param device: a ``torch.device`` or a preset name such as ``"H100-SXM"``.
+    :returns: a :class:`~tunesmith_hookspecs.types.DeviceInfo`, or ``None``.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_device_info(device):
+            if str(device) == "MyAccel":
+                return DeviceInfo("MyAccel", {"bfloat16": 400e12}, memory_bandwidth=2e12)
+            return None
+    """
+
+
+# --- benchmarking ----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def tunesmith_benchmarker(options: Any) -> Benchmarker | None:
+    """The benchmarking strategy.
+
+    *firstresult*: stops at the first non-``None`` answer; the core's in-process benchmarker
+    answers last (``trylast``), so any plugin implementing this hook replaces it.
+
+    :param options: the resolved settings (``options.benchmark`` names the wanted mode).
+    :returns: an object with ``benchmark(problem, choices, inputs) -> list[Timing]`` giving one
+        :class:`~tunesmith_hookspecs.types.Timing` per choice, in order, ``math.inf`` for a
+        choice that failed; or ``None``.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_benchmarker(options):
+            if options.benchmark == "remote-farm":
+                return FarmBenchmarker(options)
+            return None
+    """
+
+
+# --- caches ----------------------------------------------------------------------------------
+
+
+@hookspec
+def tunesmith_cache_backends(options: Any) -> Sequence[CacheLayer]:
+    """Persistent cache layers this plugin offers under the current options.
+
+    A layer is any object with ``name`` (what ``options.caches`` calls it), ``get(key: str) ->
+    bytes | None`` and ``put(key: str, value: bytes) -> None``. Values are the core's JSON
+    entries (signed when ``cache_secret`` is set); a layer stores bytes and never interprets
+    them. The core catches, counts and warns about a layer's errors and skips a failing layer
+    for a back-off period. Return an empty list when unconfigured.
+
+    :param options: the resolved settings.
+    :returns: a sequence of cache layers.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_cache_backends(options):
+            return [RedisLayer(options.redis_url)] if options.redis_url else []
+    """
+
+
+# --- graph passes and the graph compiler -----------------------------------------------------
+
+
+@hookspec
+def tunesmith_pre_grad_passes() -> Sequence[Callable[[Any], Any]]:
+    """Passes run on the Dynamo FX graph, before AOTAutograd.
+
+    A pass is a callable that changes a ``torch.fx.Graph`` in place (its return value is
+    ignored). Its ``uuid`` attribute (or, for a plain function, a hash of its source) enters
+    the compiled-graph cache key, so change it whenever the pass's behaviour changes.
+
+    :returns: a sequence of passes, run in order.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_pre_grad_passes():
+            return [merge_shared_weight_mms]
+    """
+
+
+@hookspec
+def tunesmith_joint_graph_passes(stage: str) -> Sequence[Callable[[Any], Any]]:
+    """Passes run on the joint forward-backward graph (and on forward-only inference graphs).
+
+    :param stage: ``"pre"`` (before the core's own joint-graph work) or ``"post"`` (after).
+    :returns: a sequence of passes, as for :func:`tunesmith_pre_grad_passes`.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_joint_graph_passes(stage):
+            return [fold_constants] if stage == "post" else []
+    """
+
+
+@hookspec
+def tunesmith_post_grad_passes(stage: str) -> Sequence[Callable[[Any], Any]]:
+    """Passes run on the forward and backward graphs after AOTAutograd has split them.
+
+    :param stage: ``"pre"`` (before lowering) or ``"post"`` (after lowering).
+    :returns: a sequence of passes, as for :func:`tunesmith_pre_grad_passes`.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_post_grad_passes(stage):
+            return [reorder_for_overlap] if stage == "post" else []
+    """
+
+
+@hookspec(firstresult=True)
+def tunesmith_graph_compiler(options: Any) -> Callable[..., Any] | None:
+    """What compiles the rest of a graph once its GEMMs are lowered.
+
+    *firstresult*: stops at the first non-``None`` answer. Answer only when
+    ``options.graph_compiler`` names yours; the core supplies ``eager`` and ``inductor``.
+
+    :param options: the resolved settings.
+    :returns: a callable ``(gm: torch.fx.GraphModule, example_inputs) -> callable``, or ``None``.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_graph_compiler(options):
+            return my_compiler if options.graph_compiler == "mine" else None
+    """
+
+
+# --- observers -------------------------------------------------------------------------------
+
+
+@hookspec
+def tunesmith_selection_done(report: SelectionReport) -> None:
+    """Observe one finished selection (tuned or answered from a cache): logs, metrics, dashboards.
+
+    :param report: a :class:`~tunesmith_hookspecs.types.SelectionReport`.
+    :returns: nothing.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_selection_done(report):
+            statsd.timing("tunesmith.tuning_s", report.tuning_s)
+    """
