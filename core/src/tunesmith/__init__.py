@@ -1,8 +1,8 @@
 """tunesmith: picks the fastest kernel for every matmul-shaped operation, and remembers it.
 
-    import tunesmith
-    sel = tunesmith.tune("addmm", bias, a, b, epilogue=["relu"])
-    out = sel.kernel(bias, a, b)
+import tunesmith
+sel = tunesmith.tune("addmm", bias, a, b, epilogue=["relu"])
+out = sel.kernel(bias, a, b)
 """
 
 from __future__ import annotations

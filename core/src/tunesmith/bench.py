@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from tunesmith_hookspecs import Choice, Problem, Timing
 from tunesmith.counters import bump
 from tunesmith.options import Options
 from tunesmith.plugins import _describe
+from tunesmith_hookspecs import Choice, Problem, Timing
 
 log = logging.getLogger(__name__)
 

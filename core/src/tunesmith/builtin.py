@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tunesmith_hookspecs import Benchmarker, CacheLayer, hookimpl
 from tunesmith.bench import InprocessBenchmarker
 from tunesmith.cache.local import LocalDiskCache
 from tunesmith.options import Options
+from tunesmith_hookspecs import Benchmarker, CacheLayer, hookimpl
 
 
 @hookimpl

@@ -13,6 +13,8 @@ from typing import Any
 
 import pluggy
 
+from tunesmith.options import Options
+from tunesmith.plugins import PluginSystem, _describe, get_system
 from tunesmith_hookspecs import (
     Benchmarker,
     CacheLayer,
@@ -22,8 +24,6 @@ from tunesmith_hookspecs import (
     Problem,
     SelectionReport,
 )
-from tunesmith.options import Options
-from tunesmith.plugins import PluginSystem, _describe, get_system
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def choices(problem: Problem, options: Options) -> tuple[list[Choice], dict[str,
             log.error("%s", exc)
             reasons[name] = str(exc)
             continue
-        except Exception as exc:  # noqa: BLE001 - one backend's bug must not stop the others
+        except Exception as exc:
             log.exception("tunesmith_choices of plugin %r raised", name)
             reasons[name] = f"tunesmith_choices raised {_describe(exc)}"
             continue
@@ -164,8 +164,12 @@ def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choi
             continue
         if isinstance(choice, Choice) and getattr(choice, "spec", None) == spec:
             return choice
-        log.error("plugin %r: tunesmith_rebuild_choice(%s) returned %r, not a choice with that spec",
-                  impl.plugin_name, spec, choice)
+        log.error(
+            "plugin %r: tunesmith_rebuild_choice(%s) returned %r, not a choice with that spec",
+            impl.plugin_name,
+            spec,
+            choice,
+        )
     for impl in _impls(system, "tunesmith_choices", options):
         if impl.plugin_name == spec.backend:
             try:
@@ -200,8 +204,12 @@ def cache_layers(options: Options) -> list[CacheLayer]:
             continue
         for layer in layers:
             if layer.name in offered:
-                log.error("cache layer %r is offered by plugins %r and %r; keeping the first",
-                          layer.name, offered[layer.name][0], impl.plugin_name)
+                log.error(
+                    "cache layer %r is offered by plugins %r and %r; keeping the first",
+                    layer.name,
+                    offered[layer.name][0],
+                    impl.plugin_name,
+                )
                 continue
             offered[layer.name] = (impl.plugin_name, layer)
     if options.caches is None:

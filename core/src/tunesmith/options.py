@@ -116,9 +116,7 @@ class Options:
         "inprocess", parse_one_of("inprocess"), "how choices are timed (the subprocess pool is not built yet)"
     )
     devices: tuple[str, ...] | None = _field(None, parse_names, "devices to benchmark on; none = all visible")
-    compile_threads: int = _field(
-        min(8, os.cpu_count() or 1), parse_int(1), "parallel precompile() calls"
-    )
+    compile_threads: int = _field(min(8, os.cpu_count() or 1), parse_int(1), "parallel precompile() calls")
     caches: tuple[str, ...] | None = _field(
         None, parse_names, "ordered persistent cache layers; none = 'local' and every plugin layer"
     )
@@ -165,10 +163,7 @@ class OptionDef:
 
 
 def core_option_defs() -> dict[str, OptionDef]:
-    return {
-        f.name: OptionDef(f.name, f.default, f.metadata["parse"], f.metadata["help"], "core")
-        for f in CORE_FIELDS
-    }
+    return {f.name: OptionDef(f.name, f.default, f.metadata["parse"], f.metadata["help"], "core") for f in CORE_FIELDS}
 
 
 class OptionRegistry:

@@ -20,9 +20,9 @@ import attrs
 import pluggy
 
 import tunesmith_hookspecs
-from tunesmith_hookspecs import hookspecs
 from tunesmith.errors import OptionError
 from tunesmith.options import OptionDef, OptionRegistry, core_option_defs, env_layer, file_layers
+from tunesmith_hookspecs import hookspecs
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,7 @@ class PluginSystem:
             by_name.setdefault(ep.name, []).append(ep)
         for name, eps in sorted(by_name.items()):
             dists = sorted({_dist_name(ep) or "?" for ep in eps})
-            record = PluginRecord(
-                name, "entry point", _dist_name(eps[0]), _dist_version(eps[0]), eps[0].value
-            )
+            record = PluginRecord(name, "entry point", _dist_name(eps[0]), _dist_version(eps[0]), eps[0].value)
             self.records[name] = record
             if len(dists) > 1:
                 record.error = f"entry point {name!r} is declared by several distributions: {', '.join(dists)}"
@@ -100,9 +98,7 @@ class PluginSystem:
     def unregister(self, plugin: Any) -> None:
         """Remove a plugin registered at run time (by object or by name)."""
         with self._lock:
-            record = next(
-                (r for r in self.records.values() if r.plugin is plugin or r.name == plugin), None
-            )
+            record = next((r for r in self.records.values() if r.plugin is plugin or r.name == plugin), None)
             if record is None or not record.loaded:
                 raise ValueError(f"{plugin!r} is not a registered tunesmith plugin")
             self.pm.unregister(record.plugin, name=record.name)
@@ -112,7 +108,7 @@ class PluginSystem:
     def _register(self, plugin: Any, record: PluginRecord, raise_errors: bool = False) -> None:
         try:
             self.pm.register(plugin, name=record.name)
-        except Exception as exc:  # noqa: BLE001 - pluggy's validation errors name the bad hook
+        except Exception as exc:
             record.error = _describe(exc)
             if raise_errors:
                 raise
@@ -150,6 +146,13 @@ def _dist_name(ep: importlib.metadata.EntryPoint) -> str | None:
 
 def _dist_version(ep: importlib.metadata.EntryPoint) -> str | None:
     return ep.dist.version if ep.dist is not None else None
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -199,6 +202,8 @@ def get_system() -> PluginSystem:
 
             system = PluginSystem()
             system.register(builtin, BUILTIN_NAME, source="builtin")
+            system.records[BUILTIN_NAME].dist = "tunesmith"
+            system.records[BUILTIN_NAME].version = _installed_version("tunesmith")
             if not os.environ.get("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"):
                 system.load_entry_points(startup_disabled())
             _system = system

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from tunesmith_hookspecs import EpilogueOp, Problem, TensorMeta
 from tunesmith.errors import ProblemError
+from tunesmith_hookspecs import EpilogueOp, Problem, TensorMeta
 
 #: dtypes a GEMM may take; float64 is only a cast target and the reference's dtype.
 GEMM_DTYPES = ("float32", "float16", "bfloat16")
@@ -125,7 +125,9 @@ def _output_shape(op: str, t: Sequence[torch.Tensor], scalars: dict[str, Any]) -
         span = scalars["dilation"][i] * (w.shape[2 + i] - 1) + 1
         out = (x.shape[2 + i] + 2 * scalars["padding"][i] - span) // scalars["stride"][i] + 1
         if out < 0:
-            raise ProblemError(f"conv: kernel {tuple(w.shape[2:])} is larger than the padded input {tuple(x.shape[2:])}")
+            raise ProblemError(
+                f"conv: kernel {tuple(w.shape[2:])} is larger than the padded input {tuple(x.shape[2:])}"
+            )
         size.append(out)
     return (x.shape[0], w.shape[0], *size)
 

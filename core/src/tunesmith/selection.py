@@ -153,7 +153,11 @@ def _tune(
 
 
 def _verified(
-    problem: Problem, choices: Sequence[Choice], timings: list[Timing], ranked: list[int], inputs: Sequence[torch.Tensor]
+    problem: Problem,
+    choices: Sequence[Choice],
+    timings: list[Timing],
+    ranked: list[int],
+    inputs: Sequence[torch.Tensor],
 ) -> list[int]:
     """Drop, fastest first, each winner whose output is wrong, until one is right."""
     ref = reference(problem, inputs)

@@ -41,7 +41,19 @@ def _ms_in(value: Any, _type: Any) -> float:
     return float(value)
 
 
+def _strict(kind: type, accepted: tuple[type, ...]) -> Any:
+    def hook(value: Any, _type: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, accepted):
+            raise TypeError(f"expected {kind.__name__}, got {value!r}")
+        return kind(value)
+
+    return hook
+
+
 converter = cattrs.Converter(forbid_extra_keys=True)
+# cattrs coerces by default (str(1) == "1"); an entry read back must have the exact types.
+for _kind, _accepted in ((str, (str,)), (int, (int,)), (float, (int, float)), (bool, (bool,))):
+    converter.register_structure_hook(_kind, _strict(_kind, _accepted))
 for _cls, _fields in (
     (ChoiceSpec, ("params",)),
     (Problem, ("scalars",)),
@@ -54,13 +66,9 @@ for _cls, _fields in (
 
 converter.register_unstructure_hook(
     Timing,
-    make_dict_unstructure_fn(
-        Timing, converter, ms=override(unstruct_hook=lambda v: v if math.isfinite(v) else None)
-    ),
+    make_dict_unstructure_fn(Timing, converter, ms=override(unstruct_hook=lambda v: v if math.isfinite(v) else None)),
 )
-converter.register_structure_hook(
-    Timing, make_dict_structure_fn(Timing, converter, ms=override(struct_hook=_ms_in))
-)
+converter.register_structure_hook(Timing, make_dict_structure_fn(Timing, converter, ms=override(struct_hook=_ms_in)))
 
 
 def unstructure(obj: Any) -> Any:

@@ -267,9 +267,7 @@ class CacheLayer(Protocol):
 class Benchmarker(Protocol):
     """Times candidate choices of one Problem."""
 
-    def benchmark(
-        self, problem: Problem, choices: Sequence[Choice], inputs: Sequence[Any]
-    ) -> list[Timing]: ...
+    def benchmark(self, problem: Problem, choices: Sequence[Choice], inputs: Sequence[Any]) -> list[Timing]: ...
 
 
 class OptionRegistry(Protocol):

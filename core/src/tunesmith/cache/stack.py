@@ -11,10 +11,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from tunesmith_hookspecs import CacheLayer, SerdeError
 from tunesmith.cache.entry import BadEntry, decode, encode
 from tunesmith.counters import bump
 from tunesmith.errors import TunesmithWarning
+from tunesmith_hookspecs import CacheLayer, SerdeError
 
 T = TypeVar("T")
 

@@ -50,9 +50,7 @@ class AtenChoice:
 @hookimpl
 def tunesmith_choices(problem: Problem, options: object) -> list[Choice]:
     return [
-        AtenChoice(ChoiceSpec(NAME, template), problem)
-        for template, (ops, _) in TEMPLATES.items()
-        if problem.op in ops
+        AtenChoice(ChoiceSpec(NAME, template), problem) for template, (ops, _) in TEMPLATES.items() if problem.op in ops
     ]
 
 

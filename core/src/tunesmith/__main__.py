@@ -1,0 +1,7 @@
+"""``python -m tunesmith`` runs the command line."""
+
+import sys
+
+from tunesmith.cli import main
+
+sys.exit(main())

@@ -1,0 +1,208 @@
+"""The ``tunesmith`` command: ``plugins``, ``tune FILE.json``, ``cache stats|clear``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+out = Console()
+if not out.is_terminal:  # piped or captured: don't squeeze the tables into 80 columns
+    out.width = 180
+err = Console(stderr=True)
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    from tunesmith.hooks import plugin_status
+    from tunesmith.plugins import get_system
+
+    system = get_system()
+    rows = []
+    for record in sorted(system.records.values(), key=lambda r: (r.source != "builtin", r.name)):
+        hooks = sorted(c.name for c in system.pm.get_hookcallers(record.plugin) or []) if record.loaded else []
+        status = plugin_status(record.name)
+        rows.append(
+            {
+                "name": record.name,
+                "source": record.source,
+                "distribution": record.dist,
+                "version": record.version,
+                "hooks": hooks,
+                "runnable": status.runnable,
+                "reason": status.reason or None,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    table = Table(title="tunesmith plugins")
+    for column in ("name", "distribution", "version", "hooks", "runs here"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        state = "[green]yes[/]" if row["runnable"] else f"[red]no[/]: {row['reason']}"
+        dist = row["distribution"] or f"({row['source']})"
+        hooks = ", ".join(h.removeprefix("tunesmith_") for h in row["hooks"]) or "-"
+        table.add_row(row["name"], dist, row["version"] or "-", hooks, state)
+    out.print(table)
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    import torch
+
+    import tunesmith
+    from tunesmith import problemset
+    from tunesmith.problem import build_problem, flops
+
+    cases = problemset.load(args.file)
+    if args.only:
+        cases = [c for c in cases if c.name in args.only]
+    device = torch.device(args.device)
+    overrides: dict[str, Any] = {}
+    if args.backends is not None:
+        overrides["backends"] = args.backends
+    results, failed = [], 0
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tunesmith.options(**overrides), Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task("tuning", total=len(cases))
+        for case in cases:
+            progress.update(task, description=f"tuning {case.name}")
+            row: dict[str, Any] = {
+                "name": case.name,
+                "op": case.op,
+                "shape": problemset.shape_text(case),
+                "dtype": case.dtype,
+                "device": str(device),
+            }
+            try:
+                tensors, scalars = problemset.make_inputs(case, device)
+                epilogue = problemset.epilogue(case)
+                sel = tunesmith.tune(case.op, *tensors, epilogue=epilogue, **scalars)
+                problem, _ = build_problem(case.op, tensors, scalars, epilogue)
+            except tunesmith.TunesmithError as exc:
+                failed += 1
+                row["error"] = str(exc)
+                results.append(row)
+                progress.advance(task)
+                continue
+            ms = sel.timings.get(sel.spec, math.nan)
+            aten = [t for spec, t in sel.timings.items() if spec.backend == "aten" and math.isfinite(t)]
+            row |= {
+                "chosen": str(sel.spec),
+                "ms": ms,
+                "tflops": flops(problem) / ms / 1e9 if ms and math.isfinite(ms) else None,
+                "speedup_vs_aten": min(aten) / ms if aten and ms else None,
+                "choices": len(sel.timings),
+                "source": sel.report.source,
+            }
+            results.append(row)
+            progress.advance(task)
+    _print_results(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 1 if failed else 0
+
+
+def _print_results(results: Sequence[dict[str, Any]]) -> None:
+    table = Table(title="tunesmith selections")
+    for column in ("case", "op", "shape", "dtype", "chosen", "ms", "TFLOP/s", "vs aten", "choices", "from"):
+        table.add_column(column, justify="right" if column in ("ms", "TFLOP/s", "vs aten", "choices") else "left")
+
+    def num(value: Any, fmt: str) -> str:
+        return format(value, fmt) if isinstance(value, float) and math.isfinite(value) else "-"
+
+    for r in results:
+        if "error" in r:
+            table.add_row(r["name"], r["op"], r["shape"], r["dtype"], f"[red]{r['error']}[/]", *["-"] * 5)
+            continue
+        table.add_row(
+            r["name"],
+            r["op"],
+            r["shape"],
+            r["dtype"],
+            r["chosen"],
+            num(r["ms"], ".4f"),
+            num(r["tflops"], ".3f"),
+            num(r["speedup_vs_aten"], ".2f") + "x",
+            str(r["choices"]),
+            r["source"],
+        )
+    out.print(table)
+
+
+def _cache_layers() -> list[Any]:
+    from tunesmith.hooks import cache_layers
+    from tunesmith.settings import current_options
+
+    return cache_layers(current_options())
+
+
+def _cache(args: argparse.Namespace) -> int:
+    layers = _cache_layers()
+    if args.action == "stats":
+        table = Table(title="tunesmith caches")
+        for column in ("layer", "location", "entries", "bytes"):
+            table.add_column(column)
+        for layer in layers:
+            stats = layer.stats() if hasattr(layer, "stats") else {}
+            table.add_row(
+                layer.name,
+                str(stats.get("location", "-")),
+                str(stats.get("entries", "?")),
+                str(stats.get("bytes", "?")),
+            )
+        out.print(table)
+        return 0
+    for layer in layers:
+        if hasattr(layer, "clear"):
+            out.print(f"{layer.name}: removed {layer.clear()} entries")
+        else:
+            out.print(f"{layer.name}: this layer cannot be cleared from here")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunesmith", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what tunesmith does")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plugins", help="installed plugins, their hooks, and whether each runs here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_plugins)
+    p = sub.add_parser("tune", help="tune a problem set (the JSON format of benchmarks/gemm_shapes.json)")
+    p.add_argument("file", help="problem-set JSON file")
+    p.add_argument("--device", default="cpu", help="device to tune on (default: cpu)")
+    p.add_argument("--backends", type=lambda s: [b for b in s.split(",") if b], help="comma-separated backends")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="tune only these cases")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.set_defaults(func=_tune)
+    p = sub.add_parser("cache", help="inspect or clear the cache layers")
+    p.add_argument("action", choices=("stats", "clear"))
+    p.set_defaults(func=_cache)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tunesmith.errors import TunesmithError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return args.func(args)
+    except TunesmithError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

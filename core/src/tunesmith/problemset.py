@@ -1,0 +1,119 @@
+"""Problem sets in the JSON format of ``benchmarks/gemm_shapes.json``: load them, make inputs.
+
+A file is ``{"cases": [...]}`` (or a bare list). A GEMM case has ``name``, ``op`` (mm, addmm,
+bmm, baddbmm, mm_plus_mm), ``M``, ``N``, ``K``, ``B`` (bmm and baddbmm), ``dtype``, optional
+``epilogue`` (a list of step names) and ``layout_a`` / ``layout_b`` (``row``, or ``col`` for a
+transposed view). A conv case has ``batch``, ``in_channels``, ``out_channels``, ``height``,
+``width``, ``kernel_size`` and optional ``stride``, ``padding``, ``dilation``, ``groups``,
+``bias`` (default true) and ``layout`` (``nchw`` or ``nhwc``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from tunesmith.errors import ProblemError
+from tunesmith.problem import GEMM_DTYPES
+
+_GEMM_KEYS = {"mm": "MNK", "addmm": "MNK", "mm_plus_mm": "MNK", "bmm": "BMNK", "baddbmm": "BMNK"}
+_CONV_KEYS = ("batch", "in_channels", "out_channels", "height", "width", "kernel_size")
+
+
+@attrs.frozen
+class Case:
+    """One named problem of a set: enough to make its tensors on any device."""
+
+    name: str
+    op: str
+    dtype: str
+    fields: Mapping[str, Any]
+
+
+def load(path: str | Path) -> list[Case]:
+    """Read and check a problem-set file; ProblemError names the case and the missing field."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ProblemError(f"cannot read problem set {path}: {exc}") from None
+    cases = data.get("cases") if isinstance(data, dict) else data
+    if not isinstance(cases, list):
+        raise ProblemError(f"{path}: expected a list of cases, or an object with 'cases'")
+    out = []
+    for i, raw in enumerate(cases):
+        if not isinstance(raw, dict):
+            raise ProblemError(f"{path}: case {i} is not an object")
+        name, op, dtype = raw.get("name", f"case{i}"), raw.get("op"), raw.get("dtype", "float32")
+        needed = _CONV_KEYS if op == "conv" else tuple(_GEMM_KEYS.get(op, ""))
+        if op not in _GEMM_KEYS and op != "conv":
+            raise ProblemError(f"{path}: case {name!r} has op {op!r}; use one of {', '.join([*_GEMM_KEYS, 'conv'])}")
+        missing = [k for k in needed if k not in raw]
+        if missing:
+            raise ProblemError(f"{path}: case {name!r} ({op}) lacks {', '.join(missing)}")
+        if dtype not in GEMM_DTYPES:
+            raise ProblemError(f"{path}: case {name!r} has dtype {dtype!r}; use one of {', '.join(GEMM_DTYPES)}")
+        out.append(Case(name, op, dtype, raw))
+    return out
+
+
+def _randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+def _matrix(rows: int, cols: int, layout: str, dtype: torch.dtype, device: torch.device, gen: torch.Generator):
+    if layout == "col":
+        return _randn((cols, rows), dtype, device, gen).t()
+    return _randn((rows, cols), dtype, device, gen)
+
+
+def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """Random tensors (never zeros) and scalars for ``tunesmith.tune(case.op, *tensors, **scalars)``."""
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(seed)
+    dtype = getattr(torch, case.dtype)
+    f = case.fields
+    la, lb = f.get("layout_a", "row"), f.get("layout_b", "row")
+    if case.op == "conv":
+        k = f["kernel_size"]
+        kh, kw = (k, k) if isinstance(k, int) else k
+        x = _randn((f["batch"], f["in_channels"], f["height"], f["width"]), dtype, device, gen)
+        if f.get("layout", "nchw") == "nhwc":
+            x = x.to(memory_format=torch.channels_last)
+        groups = f.get("groups", 1)
+        w = _randn((f["out_channels"], f["in_channels"] // groups, kh, kw), dtype, device, gen)
+        tensors = [x, w] + ([_randn((f["out_channels"],), dtype, device, gen)] if f.get("bias", True) else [])
+        scalars = {key: f[key] for key in ("stride", "padding", "dilation", "groups") if key in f}
+        return tensors, scalars
+    M, N, K = f["M"], f["N"], f["K"]
+    if case.op in ("bmm", "baddbmm"):
+        B = f["B"]
+        a, b = _randn((B, M, K), dtype, device, gen), _randn((B, K, N), dtype, device, gen)
+        if la == "col":
+            a = _randn((B, K, M), dtype, device, gen).transpose(1, 2)
+        return ([_randn((B, M, N), dtype, device, gen), a, b] if case.op == "baddbmm" else [a, b]), {}
+    a, b = _matrix(M, K, la, dtype, device, gen), _matrix(K, N, lb, dtype, device, gen)
+    if case.op == "addmm":
+        return [_randn((N,), dtype, device, gen), a, b], {}
+    if case.op == "mm_plus_mm":
+        return [a, b, _matrix(M, K, la, dtype, device, gen), _matrix(K, N, lb, dtype, device, gen)], {}
+    return [a, b], {}
+
+
+def epilogue(case: Case) -> list[str]:
+    steps = case.fields.get("epilogue", [])
+    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+        raise ProblemError(f"case {case.name!r}: epilogue must be a list of step names")
+    return steps
+
+
+def shape_text(case: Case) -> str:
+    f = case.fields
+    if case.op == "conv":
+        return f"{f['batch']}x{f['in_channels']}x{f['height']}x{f['width']} * {f['out_channels']}x{f['kernel_size']}"
+    batch = f"{f['B']}x" if "B" in _GEMM_KEYS[case.op] else ""
+    return f"{batch}{f['M']}x{f['N']}x{f['K']}"

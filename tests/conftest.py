@@ -1,0 +1,103 @@
+"""Shared fixtures: every test runs with its own cache folder, config folder, working directory
+and a clean TUNESMITH_* environment; fixture plugins are installed for real into temp folders."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import tunesmith
+from tunesmith import plugins
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+FIXTURE_PLUGINS = TESTS / "fixture_plugins"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private cache dir, config dir and cwd; fast benchmark settings; a clean tunesmith state."""
+    for key in list(os.environ):
+        if key.startswith("TUNESMITH_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("TUNESMITH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TUNESMITH_BENCH_WARMUP", "1")
+    monkeypatch.setenv("TUNESMITH_BENCH_REPEAT", "3")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    tunesmith.reset()
+    yield tmp_path
+    tunesmith.reset()
+
+
+def run_env(**extra: str) -> dict[str, str]:
+    """The environment of the test (isolated above) for a subprocess, plus ``extra``."""
+    return {**os.environ, **extra}
+
+
+@pytest.fixture(scope="session")
+def fixture_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each fixture plugin installed with pip into a folder of its own (built once per session)."""
+    sites = {}
+    for name in ("ext", "broken", "raising"):
+        target = tmp_path_factory.mktemp(f"site-{name}")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+             "--disable-pip-version-check", "--target", str(target), str(FIXTURE_PLUGINS / name)],
+            check=True,
+            capture_output=True,
+        )
+        sites[name] = target
+    return sites
+
+
+@pytest.fixture
+def install(fixture_sites: dict[str, Path]) -> Iterator[Callable[..., plugins.PluginSystem]]:
+    """``install("ext", "broken")``: put those installed fixture plugins on sys.path and reload plugins."""
+    added: list[str] = []
+
+    def _install(*names: str) -> plugins.PluginSystem:
+        for name in names:
+            path = str(fixture_sites[name])
+            sys.path.insert(0, path)
+            added.append(path)
+        importlib.invalidate_caches()
+        return plugins.reload_plugins()
+
+    try:
+        yield _install
+    finally:
+        for path in added:
+            sys.path.remove(path)
+        for module in [m for m in sys.modules if m.startswith("tunesmith_fixture_")]:
+            del sys.modules[module]
+        importlib.invalidate_caches()
+        plugins.reload_plugins()
+
+
+@pytest.fixture
+def register() -> Iterator[Callable[..., str]]:
+    """``register(obj, name=None)``: a run-time plugin, unregistered after the test."""
+    names: list[str] = []
+
+    def _register(plugin: object, name: str | None = None) -> str:
+        names.append(tunesmith.register(plugin, name))
+        return names[-1]
+
+    yield _register
+    for name in names:
+        tunesmith.unregister(name)
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Random normal values (never zeros) of ``shape``."""
+    return torch.randn(*shape).to(dtype)

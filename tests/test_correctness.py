@@ -1,0 +1,135 @@
+"""Every op, in float32, float16 and bfloat16 on the CPU, matches the float64 reference by
+relative norm error; odd sizes, transposed and strided inputs, epilogues and zero sizes included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tunesmith
+from tunesmith.ops import reference, relative_error, tolerance
+from tunesmith.problem import build_problem
+
+from conftest import rand
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+SIZES = [1, 17, 127]
+LAYOUTS = ["contiguous", "transposed", "strided"]
+
+
+def matrix(rows: int, cols: int, dtype: torch.dtype, layout: str) -> torch.Tensor:
+    if layout == "transposed":
+        return rand(cols, rows, dtype=dtype).t()
+    if layout == "strided":  # every other column of a wider matrix, at an offset
+        return rand(rows, 2 * cols + 1, dtype=dtype)[:, 1::2]
+    return rand(rows, cols, dtype=dtype)
+
+
+def batched(b: int, rows: int, cols: int, dtype: torch.dtype, layout: str) -> torch.Tensor:
+    if layout == "transposed":
+        return rand(b, cols, rows, dtype=dtype).transpose(1, 2)
+    if layout == "strided":
+        return rand(b, rows, 2 * cols, dtype=dtype)[:, :, ::2]
+    return rand(b, rows, cols, dtype=dtype)
+
+
+def case(op: str, n: int, dtype: torch.dtype, layout: str):
+    """(tensors, scalars, epilogue) of one op at size ``n`` (M = n, N = n + 2, K = n + 1)."""
+    M, N, K = n, n + 2, n + 1
+    if op == "mm":
+        extra = rand(M, N, dtype=dtype)
+        return [matrix(M, K, dtype, layout), matrix(K, N, dtype, layout)], {}, [
+            "gelu", ("add", extra), ("mul", 0.5), "silu"]
+    if op == "addmm":
+        return [rand(N, dtype=dtype), matrix(M, K, dtype, layout), matrix(K, N, dtype, layout)], {
+            "alpha": 0.5, "beta": 2.0}, ["relu"]
+    if op == "bmm":
+        return [batched(3, M, K, dtype, layout), batched(3, K, N, dtype, layout)], {}, ["sigmoid"]
+    if op == "baddbmm":
+        return [rand(3, 1, N, dtype=dtype), batched(3, M, K, dtype, layout), batched(3, K, N, dtype, layout)], {
+            "beta": 0.5}, ["tanh", ("mul", rand(N, dtype=dtype))]
+    if op == "mm_plus_mm":
+        tensors = [matrix(M, K, dtype, layout), matrix(K, N, dtype, layout),
+                   matrix(M, K + 3, dtype, layout), matrix(K + 3, N, dtype, layout)]
+        return tensors, {}, ["gelu_tanh"]
+    # conv: NCHW, or channels_last for "transposed", or a sliced input for "strided"
+    x = rand(2, 4, n + 2, n + 3, dtype=dtype)
+    if layout == "transposed":
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "strided":
+        x = rand(2, 8, n + 2, n + 3, dtype=dtype)[:, ::2]
+    w, b = rand(6, 2, 3, 3, dtype=dtype), rand(6, dtype=dtype)
+    return [x, w, b], {"stride": (2, 1), "padding": 1, "groups": 2}, ["relu", ("cast", torch.float32)]
+
+
+def check(op, tensors, scalars, epilogue):
+    sel = tunesmith.tune(op, *tensors, epilogue=epilogue, **scalars)
+    problem, inputs = build_problem(op, tensors, scalars, epilogue)
+    for spec in sel.timings:  # the winner and the kernel of every other choice
+        assert sel.timings[spec] > 0, spec
+    out = sel.kernel(*inputs)
+    ref = reference(problem, inputs)
+    assert out.dtype == getattr(torch, problem.output.dtype)
+    assert tuple(out.shape) == tuple(ref.shape)
+    err = relative_error(out, ref)
+    assert err <= tolerance(problem), f"{sel.spec}: relative error {err:.3g} > {tolerance(problem):g}"
+    return sel
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ["mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv"])
+def test_matches_float64_reference(op, dtype, n, layout):
+    tensors, scalars, epilogue = case(op, n, dtype, layout)
+    check(op, tensors, scalars, epilogue)
+
+
+def test_every_aten_choice_of_mm_plus_mm_is_right():
+    tensors = [rand(33, 20), rand(20, 40), rand(33, 7), rand(7, 40)]
+    sel = tunesmith.tune("mm_plus_mm", *tensors)
+    problem, inputs = build_problem("mm_plus_mm", tensors, {})
+    from tunesmith_aten import AtenChoice
+
+    assert {s.template for s in sel.timings} == {"eager", "mm_then_addmm"}
+    for spec in sel.timings:
+        out = AtenChoice(spec, problem).kernel()(*inputs)
+        assert relative_error(out, reference(problem, inputs)) <= 1e-5
+
+
+def test_reference_catches_a_wrong_result():
+    """The measure used above fails a result off by 1e-2, and any NaN."""
+    tensors = [rand(30, 40), rand(40, 50)]
+    problem, inputs = build_problem("mm", tensors, {})
+    ref = reference(problem, inputs)
+    good = inputs[0] @ inputs[1]
+    assert relative_error(good, ref) <= tolerance(problem)
+    assert relative_error(good * 1.01, ref) > tolerance(problem)
+    poisoned = good.clone()
+    poisoned[3, 4] = float("nan")
+    assert relative_error(poisoned, ref) == float("inf")
+
+
+ZERO_CASES = {
+    "mm_empty_m": ("mm", lambda: [rand(0, 5), rand(5, 7)], {}),
+    "mm_k0": ("mm", lambda: [rand(4, 0), rand(0, 7)], {}),
+    "addmm_k0": ("addmm", lambda: [rand(7), rand(4, 0), rand(0, 7)], {"beta": 3.0}),
+    "bmm_b0": ("bmm", lambda: [rand(0, 4, 5), rand(0, 5, 6)], {}),
+    "baddbmm_k0": ("baddbmm", lambda: [rand(2, 4, 6), rand(2, 4, 0), rand(2, 0, 6)], {}),
+    "mm_plus_mm_k0": ("mm_plus_mm", lambda: [rand(4, 0), rand(0, 6), rand(4, 3), rand(3, 6)], {}),
+    "conv_n0": ("conv", lambda: [rand(0, 4, 8, 8), rand(6, 4, 3, 3)], {}),
+}
+
+
+@pytest.mark.parametrize("name", ZERO_CASES)
+def test_zero_sizes_give_the_right_output_without_benchmarking(name):
+    op, make, scalars = ZERO_CASES[name]
+    tensors = make()
+    sel = tunesmith.tune(op, *tensors, epilogue=["relu"], **scalars)
+    problem, inputs = build_problem(op, tensors, scalars, ["relu"])
+    out = sel.kernel(*inputs)
+    ref = reference(problem, inputs)
+    assert tuple(out.shape) == tuple(ref.shape)
+    assert relative_error(out, ref) <= 1e-6
+    assert sel.spec.template == "empty" and sel.timings == {}
+    assert tunesmith.counters["precompile"] == 0
