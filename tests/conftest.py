@@ -51,8 +51,19 @@ def fixture_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name in ("ext", "broken", "raising"):
         target = tmp_path_factory.mktemp(f"site-{name}")
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-             "--disable-pip-version-check", "--target", str(target), str(FIXTURE_PLUGINS / name)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "--disable-pip-version-check",
+                "--target",
+                str(target),
+                str(FIXTURE_PLUGINS / name),
+            ],
             check=True,
             capture_output=True,
         )

@@ -38,19 +38,32 @@ def case(op: str, n: int, dtype: torch.dtype, layout: str):
     M, N, K = n, n + 2, n + 1
     if op == "mm":
         extra = rand(M, N, dtype=dtype)
-        return [matrix(M, K, dtype, layout), matrix(K, N, dtype, layout)], {}, [
-            "gelu", ("add", extra), ("mul", 0.5), "silu"]
+        return (
+            [matrix(M, K, dtype, layout), matrix(K, N, dtype, layout)],
+            {},
+            ["gelu", ("add", extra), ("mul", 0.5), "silu"],
+        )
     if op == "addmm":
-        return [rand(N, dtype=dtype), matrix(M, K, dtype, layout), matrix(K, N, dtype, layout)], {
-            "alpha": 0.5, "beta": 2.0}, ["relu"]
+        return (
+            [rand(N, dtype=dtype), matrix(M, K, dtype, layout), matrix(K, N, dtype, layout)],
+            {"alpha": 0.5, "beta": 2.0},
+            ["relu"],
+        )
     if op == "bmm":
         return [batched(3, M, K, dtype, layout), batched(3, K, N, dtype, layout)], {}, ["sigmoid"]
     if op == "baddbmm":
-        return [rand(3, 1, N, dtype=dtype), batched(3, M, K, dtype, layout), batched(3, K, N, dtype, layout)], {
-            "beta": 0.5}, ["tanh", ("mul", rand(N, dtype=dtype))]
+        return (
+            [rand(3, 1, N, dtype=dtype), batched(3, M, K, dtype, layout), batched(3, K, N, dtype, layout)],
+            {"beta": 0.5},
+            ["tanh", ("mul", rand(N, dtype=dtype))],
+        )
     if op == "mm_plus_mm":
-        tensors = [matrix(M, K, dtype, layout), matrix(K, N, dtype, layout),
-                   matrix(M, K + 3, dtype, layout), matrix(K + 3, N, dtype, layout)]
+        tensors = [
+            matrix(M, K, dtype, layout),
+            matrix(K, N, dtype, layout),
+            matrix(M, K + 3, dtype, layout),
+            matrix(K + 3, N, dtype, layout),
+        ]
         return tensors, {}, ["gelu_tanh"]
     # conv: NCHW, or channels_last for "transposed", or a sliced input for "strided"
     x = rand(2, 4, n + 2, n + 3, dtype=dtype)

@@ -66,10 +66,7 @@ def test_records_round_trip_through_json(record):
 
 
 def test_problem_key_is_stable_across_processes():
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); "
-        "from test_hookspecs import _problem; print(_problem().key())"
-    )
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from test_hookspecs import _problem; print(_problem().key())"
     here = __file__.rsplit("/", 1)[0]
     other = subprocess.run([sys.executable, "-c", code, here], capture_output=True, text=True, check=True)
     assert other.stdout.strip() == _problem().key()
@@ -141,10 +138,19 @@ def test_every_hook_is_prefixed_and_documented():
 
     names = {n for n in dir(hookspecs) if n.startswith("tunesmith_")}
     design = {  # DESIGN.md's table, plus tunesmith_plugin_status (docs/decisions.md)
-        "tunesmith_add_options", "tunesmith_lowerings", "tunesmith_choices", "tunesmith_rebuild_choice",
-        "tunesmith_estimate_runtime", "tunesmith_device_info", "tunesmith_benchmarker",
-        "tunesmith_cache_backends", "tunesmith_pre_grad_passes", "tunesmith_joint_graph_passes",
-        "tunesmith_post_grad_passes", "tunesmith_graph_compiler", "tunesmith_selection_done",
+        "tunesmith_add_options",
+        "tunesmith_lowerings",
+        "tunesmith_choices",
+        "tunesmith_rebuild_choice",
+        "tunesmith_estimate_runtime",
+        "tunesmith_device_info",
+        "tunesmith_benchmarker",
+        "tunesmith_cache_backends",
+        "tunesmith_pre_grad_passes",
+        "tunesmith_joint_graph_passes",
+        "tunesmith_post_grad_passes",
+        "tunesmith_graph_compiler",
+        "tunesmith_selection_done",
         "tunesmith_plugin_status",
     }
     assert names == design

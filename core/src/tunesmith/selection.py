@@ -89,7 +89,7 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
     key = selection_key(problem, device, _backends_with_versions(options))
     with _memory_lock:
         hit = _memory.get(key)
-    if hit is not None:
+    if hit is not None and (not options.verify or _verify(problem, hit.spec, hit.kernel, inputs) is None):
         bump("autotune_memory_hit")
         selection = attrs.evolve(hit, cached=True, report=attrs.evolve(hit.report, source="memory"))
         hooks.selection_done(selection.report, options)
@@ -97,6 +97,8 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
     stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
     found = stack.get(key, lambda payload: structure(payload, SelectionEntry))
     selection = _from_cache(problem, key, *found, options) if found else None
+    if selection is not None and options.verify and _verify(problem, selection.spec, selection.kernel, inputs):
+        selection = None
     if selection is None:
         entry, kernel = _tune(problem, inputs, options, device)
         stack.put(key, unstructure(entry))
@@ -152,6 +154,21 @@ def _tune(
     return entry, best.kernel()
 
 
+def _verify(
+    problem: Problem, spec: ChoiceSpec, kernel: Callable[..., Any], inputs: Sequence[torch.Tensor]
+) -> str | None:
+    """None when ``kernel`` matches the float64 reference, else why not (counted and warned about)."""
+    with torch.no_grad():
+        err = relative_error(kernel(*inputs), reference(problem, inputs))
+    tol = tolerance(problem)
+    if err <= tol:
+        return None
+    bump("verify_rejected")
+    why = f"verify: relative error {err:.3g} > {tol:g}"
+    warnings.warn(f"{why}: {spec} is wrong for {describe(problem)}; not using it", TunesmithWarning, stacklevel=4)
+    return why
+
+
 def _verified(
     problem: Problem,
     choices: Sequence[Choice],
@@ -160,21 +177,11 @@ def _verified(
     inputs: Sequence[torch.Tensor],
 ) -> list[int]:
     """Drop, fastest first, each winner whose output is wrong, until one is right."""
-    ref = reference(problem, inputs)
-    tol = tolerance(problem)
     for pos, i in enumerate(ranked):
-        with torch.no_grad():
-            err = relative_error(choices[i].kernel()(*inputs), ref)
-        if err <= tol:
+        why = _verify(problem, choices[i].spec, choices[i].kernel(), inputs)
+        if why is None:
             return ranked[pos:]
-        bump("verify_rejected")
-        warnings.warn(
-            f"verify: {choices[i].spec} is wrong for {describe(problem)} "
-            f"(relative error {err:.3g} > {tol:g}); taking the next best",
-            TunesmithWarning,
-            stacklevel=4,
-        )
-        timings[i] = Timing(choices[i].spec, math.inf, f"verify: relative error {err:.3g} > {tol:g}")
+        timings[i] = Timing(choices[i].spec, math.inf, why)
     return []
 
 

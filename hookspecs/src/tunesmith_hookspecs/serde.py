@@ -43,7 +43,7 @@ def _ms_in(value: Any, _type: Any) -> float:
 
 def _strict(kind: type, accepted: tuple[type, ...]) -> Any:
     def hook(value: Any, _type: Any) -> Any:
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, accepted):
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accepted):
             raise TypeError(f"expected {kind.__name__}, got {value!r}")
         return kind(value)
 
