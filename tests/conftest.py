@@ -7,6 +7,7 @@ import importlib
 import os
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,8 +23,10 @@ FIXTURE_PLUGINS = TESTS / "fixture_plugins"
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private cache dir, config dir and cwd; fast benchmark settings; a clean tunesmith state."""
+def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private cache dir, config dir and cwd; fast benchmark settings; a clean tunesmith state;
+    random inputs seeded by the test's id, so that a failure can be reproduced."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
     for key in list(os.environ):
         if key.startswith("TUNESMITH_"):
             monkeypatch.delenv(key)
@@ -92,7 +95,10 @@ def install(fixture_sites: dict[str, Path]) -> Iterator[Callable[..., plugins.Pl
         for module in [m for m in sys.modules if m.startswith("tunesmith_fixture_")]:
             del sys.modules[module]
         importlib.invalidate_caches()
-        plugins.reload_plugins()
+        with pytest.MonkeyPatch.context() as mp:  # the test's own env changes are undone after this
+            for name in ("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD", "TUNESMITH_DISABLED_PLUGINS"):
+                mp.delenv(name, raising=False)
+            plugins.reload_plugins()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from tunesmith.problem import build_problem
 from conftest import rand
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 SIZES = [1, 17, 127]
 LAYOUTS = ["contiguous", "transposed", "strided"]
 
@@ -93,9 +94,13 @@ def check(op, tensors, scalars, epilogue):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("op", ["mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv"])
-def test_matches_float64_reference(op, dtype, n, layout):
-    tensors, scalars, epilogue = case(op, n, dtype, layout)
-    check(op, tensors, scalars, epilogue)
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_float64_reference(device, op, dtype, n, layout):
+    with torch.device(device):  # factory functions in case() make their tensors there
+        tensors, scalars, epilogue = case(op, n, dtype, layout)
+    assert tensors[0].device.type == device
+    sel = check(op, tensors, scalars, epilogue)
+    assert sel.report.device_name.startswith("cpu") == (device == "cpu")
 
 
 def test_every_aten_choice_of_mm_plus_mm_is_right():
@@ -135,9 +140,11 @@ ZERO_CASES = {
 
 
 @pytest.mark.parametrize("name", ZERO_CASES)
-def test_zero_sizes_give_the_right_output_without_benchmarking(name):
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_sizes_give_the_right_output_without_benchmarking(device, name):
     op, make, scalars = ZERO_CASES[name]
-    tensors = make()
+    with torch.device(device):
+        tensors = make()
     sel = tunesmith.tune(op, *tensors, epilogue=["relu"], **scalars)
     problem, inputs = build_problem(op, tensors, scalars, ["relu"])
     out = sel.kernel(*inputs)
@@ -145,4 +152,5 @@ def test_zero_sizes_give_the_right_output_without_benchmarking(name):
     assert tuple(out.shape) == tuple(ref.shape)
     assert relative_error(out, ref) <= 1e-6
     assert sel.spec.template == "empty" and sel.timings == {}
+    assert sel.report.source == "empty" and not sel.cached and not sel.report.cached
     assert tunesmith.counters["precompile"] == 0

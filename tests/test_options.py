@@ -71,6 +71,9 @@ def test_pyproject_is_found_above_the_working_directory(isolated, monkeypatch):
         ({"backends": [1, 2]}, "expected a list of names"),
         ({"budget_s": -1}, "a positive number of seconds"),
         ({"compile_threads": 1.5}, "an integer >= 1"),
+        ({"cache_backoff_s": None}, "a positive number of seconds$"),
+        ({"prune": [3]}, "an integer >= 1, or none$"),
+        ({"graph_compiler": ""}, "a non-empty name"),
     ],
 )
 def test_bad_names_and_values_raise_one_error(overrides, message):

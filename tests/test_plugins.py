@@ -222,3 +222,61 @@ def test_hookimpl_is_the_contracts_marker():
     import tunesmith_hookspecs
 
     assert tunesmith.hookimpl is tunesmith_hookspecs.hookimpl
+
+
+class Misbehaving:
+    """Every hook raises: each failure stays inside this plugin."""
+
+    name = "misbehaving"
+
+    @hookimpl
+    def tunesmith_cache_backends(self, options):
+        raise ConnectionRefusedError("cannot reach the cache server")
+
+    @hookimpl
+    def tunesmith_rebuild_choice(self, spec, problem):
+        raise RuntimeError("rebuild bug")
+
+    @hookimpl
+    def tunesmith_selection_done(self, report):
+        raise RuntimeError("dashboard down")
+
+
+def test_raising_hooks_of_one_plugin_do_not_break_tuning_or_cache_hits(register, caplog):
+    register(Misbehaving())
+    with caplog.at_level(logging.ERROR):
+        assert tunesmith.tune("mm", A, B).report.source == "tuned"
+        tunesmith.reset()
+        assert tunesmith.tune("mm", A, B).report.source == "local"  # rebuilt by aten despite the raising rebuild
+    for text in ("cannot reach the cache server", "rebuild bug", "dashboard down"):
+        assert text in caplog.text
+    assert "plugin 'misbehaving'" in caplog.text
+
+
+class BadOptions:
+    name = "bad_options"
+
+    @hookimpl
+    def tunesmith_add_options(self, options):
+        raise KeyError("oops")
+
+
+def test_a_plugin_whose_settings_hook_raises_is_rejected_alone():
+    with pytest.raises(ValueError, match="tunesmith_add_options raised KeyError"):
+        tunesmith.register(BadOptions())
+    assert "bad_options" not in tunesmith.plugins.get_system().records
+    assert tunesmith.tune("mm", A, B).spec.backend == "aten"
+
+
+def test_the_builtin_plugin_cannot_be_unregistered_and_disabling_it_is_a_clear_error():
+    with pytest.raises(ValueError, match="built-in plugin cannot be unregistered"):
+        tunesmith.unregister("core")
+    with pytest.raises(tunesmith.TunesmithError, match=r"no benchmarker.*'core' in disabled_plugins"):
+        tunesmith.tune("mm", A, B, options={"disabled_plugins": ["core"]})
+
+
+def test_autoload_is_off_only_when_asked(install, monkeypatch):
+    monkeypatch.setenv("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD", "0")
+    assert "aten" in install().records
+    monkeypatch.setenv("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert "aten" not in install().records

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,9 @@ def _tune(args: argparse.Namespace) -> int:
             try:
                 tensors, scalars = problemset.make_inputs(case, device)
                 epilogue = problemset.epilogue(case)
+                start = time.perf_counter()
                 sel = tunesmith.tune(case.op, *tensors, epilogue=epilogue, **scalars)
+                wall_s = time.perf_counter() - start
                 problem, _ = build_problem(case.op, tensors, scalars, epilogue)
             except tunesmith.TunesmithError as exc:
                 failed += 1
@@ -103,6 +106,8 @@ def _tune(args: argparse.Namespace) -> int:
                 "speedup_vs_aten": min(aten) / ms if aten and ms else None,
                 "choices": len(sel.timings),
                 "source": sel.report.source,
+                "wall_s": wall_s,
+                "device_name": sel.report.device_name,
             }
             results.append(row)
             progress.advance(task)

@@ -13,8 +13,9 @@ from typing import Any
 
 import pluggy
 
+from tunesmith.errors import TunesmithError
 from tunesmith.options import Options
-from tunesmith.plugins import PluginSystem, _describe, get_system
+from tunesmith.plugins import PluginSystem, _describe, call_impl, get_system
 from tunesmith_hookspecs import (
     Benchmarker,
     CacheLayer,
@@ -31,7 +32,7 @@ BASELINE_BACKEND = "aten"
 _status_cache: dict[str, PluginStatus] = {}
 
 
-class PluginOutputError(TypeError):
+class PluginOutputError(TunesmithError, TypeError):
     """A hook returned something of the wrong kind; the message names the plugin."""
 
 
@@ -41,10 +42,6 @@ def _impls(system: PluginSystem, hook: str, options: Options) -> Iterator[pluggy
     for impl in reversed(caller.get_hookimpls()):
         if impl.plugin_name not in options.disabled_plugins:
             yield impl
-
-
-def _call(impl: pluggy.HookImpl, **kwargs: Any) -> Any:
-    return impl.function(*[kwargs[name] for name in impl.argnames])
 
 
 def _subset(system: PluginSystem, hook: str, options: Options) -> pluggy.HookCaller:
@@ -126,19 +123,19 @@ def choices(problem: Problem, options: Options) -> tuple[list[Choice], dict[str,
     found: list[Choice] = []
     reasons: dict[str, str] = {}
     for name in backend_names(options):
+        if name in options.disabled_plugins:
+            reasons[name] = "disabled by the disabled_plugins setting"
+            continue
         status = plugin_status(name)
         if not status.runnable:
             reasons[name] = f"cannot run here: {status.reason}"
-            continue
-        if name in options.disabled_plugins:
-            reasons[name] = "disabled by the disabled_plugins setting"
             continue
         impl = impls.get(name)
         if impl is None:
             reasons[name] = "is not a backend (it implements no tunesmith_choices)"
             continue
         try:
-            offered = validate_choices(name, _call(impl, problem=problem, options=options))
+            offered = validate_choices(name, call_impl(impl, problem=problem, options=options))
         except PluginOutputError as exc:
             log.error("%s", exc)
             reasons[name] = str(exc)
@@ -159,7 +156,11 @@ def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choi
     if spec.backend in options.disabled_plugins or not plugin_status(spec.backend).runnable:
         return None
     for impl in _impls(system, "tunesmith_rebuild_choice", options):
-        choice = _call(impl, spec=spec, problem=problem)
+        try:
+            choice = call_impl(impl, spec=spec, problem=problem)
+        except Exception:
+            log.exception("tunesmith_rebuild_choice of plugin %r raised", impl.plugin_name)
+            continue
         if choice is None:
             continue
         if isinstance(choice, Choice) and getattr(choice, "spec", None) == spec:
@@ -173,9 +174,12 @@ def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choi
     for impl in _impls(system, "tunesmith_choices", options):
         if impl.plugin_name == spec.backend:
             try:
-                offered = validate_choices(spec.backend, _call(impl, problem=problem, options=options))
+                offered = validate_choices(spec.backend, call_impl(impl, problem=problem, options=options))
             except PluginOutputError as exc:
                 log.error("%s", exc)
+                return None
+            except Exception:
+                log.exception("tunesmith_choices of plugin %r raised", spec.backend)
                 return None
             return next((c for c in offered if c.spec == spec), None)
     return None
@@ -198,9 +202,12 @@ def cache_layers(options: Options) -> list[CacheLayer]:
     offered: dict[str, tuple[str, CacheLayer]] = {}
     for impl in _impls(system, "tunesmith_cache_backends", options):
         try:
-            layers = validate_layers(impl.plugin_name, _call(impl, options=options))
+            layers = validate_layers(impl.plugin_name, call_impl(impl, options=options))
         except PluginOutputError as exc:
             log.error("%s", exc)
+            continue
+        except Exception:
+            log.exception("tunesmith_cache_backends of plugin %r raised; its layers are left out", impl.plugin_name)
             continue
         for layer in layers:
             if layer.name in offered:
@@ -224,9 +231,17 @@ def cache_layers(options: Options) -> list[CacheLayer]:
 def benchmarker(options: Options) -> Benchmarker:
     result = _subset(get_system(), "tunesmith_benchmarker", options)(options=options)
     if not isinstance(result, Benchmarker):
-        raise PluginOutputError(f"tunesmith_benchmarker returned {result!r}, not an object with benchmark()")
+        raise PluginOutputError(
+            f"no benchmarker: tunesmith_benchmarker gave {result!r}, not an object with benchmark() "
+            "(is the built-in plugin 'core' in disabled_plugins?)"
+        )
     return result
 
 
 def selection_done(report: SelectionReport, options: Options) -> None:
-    _subset(get_system(), "tunesmith_selection_done", options)(report=report)
+    """Tell every observer; an observer that raises is logged and does not fail the selection."""
+    for impl in _impls(get_system(), "tunesmith_selection_done", options):
+        try:
+            call_impl(impl, report=report)
+        except Exception:
+            log.exception("tunesmith_selection_done of plugin %r raised", impl.plugin_name)

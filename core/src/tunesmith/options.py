@@ -42,6 +42,12 @@ def parse_names(value: Any) -> tuple[str, ...] | None:
     raise ValueError("a list of names, or a comma-separated string")
 
 
+def parse_name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("a non-empty name")
+    return value.strip()
+
+
 def parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -62,7 +68,7 @@ def parse_int(minimum: int, optional: bool = False) -> Callable[[Any], int | Non
             return None
         try:
             number = int(value) if not isinstance(value, bool | float) else None
-        except ValueError:
+        except (TypeError, ValueError):
             number = None
         if number is None or number < minimum:
             raise ValueError(f"an integer >= {minimum}" + (", or none" if optional else ""))
@@ -71,21 +77,21 @@ def parse_int(minimum: int, optional: bool = False) -> Callable[[Any], int | Non
     return parse
 
 
-def parse_seconds(value: Any) -> float | None:
-    """A positive number of seconds, or none for no limit."""
-    if _none_word(value):
+def parse_seconds(value: Any, optional: bool = True) -> float | None:
+    """A positive number of seconds, or (where ``optional``) none for no limit."""
+    if optional and _none_word(value):
         return None
     try:
         number = float(value) if not isinstance(value, bool) else -1.0
-    except ValueError:
+    except (TypeError, ValueError):
         number = -1.0
     if not number > 0:
-        raise ValueError("a positive number of seconds, or none")
+        raise ValueError("a positive number of seconds" + (", or none" if optional else ""))
     return number
 
 
 def parse_optional_str(value: Any) -> str | None:
-    if value is None or value == "":
+    if _none_word(value):
         return None
     if isinstance(value, str | os.PathLike):
         return str(value)
@@ -121,7 +127,9 @@ class Options:
         None, parse_names, "ordered persistent cache layers; none = 'local' and every plugin layer"
     )
     budget_s: float | None = _field(None, parse_seconds, "wall-clock budget for tuning one problem")
-    graph_compiler: str = _field("eager", parse_one_of("eager", "inductor"), "what compiles the rest of a graph")
+    graph_compiler: str = _field(
+        "eager", parse_name, "what compiles the rest of a graph: eager, inductor, or a plugin's"
+    )
     cache_dir: str | None = _field(None, parse_optional_str, "local cache folder; none = the user cache dir")
     cache_secret: str | None = _field(
         None, parse_optional_str, "HMAC-SHA256 key that signs and checks cache entries", repr=False
@@ -131,7 +139,9 @@ class Options:
     disabled_plugins: tuple[str, ...] = _field((), lambda v: parse_names(v) or (), "plugins not to load or call")
     bench_warmup: int = _field(2, parse_int(0), "untimed runs of each choice before timing")
     bench_repeat: int = _field(10, parse_int(1), "timed runs of each choice; the median is kept")
-    cache_backoff_s: float = _field(30.0, parse_seconds, "seconds a failing cache layer is skipped")
+    cache_backoff_s: float = _field(
+        30.0, lambda v: parse_seconds(v, optional=False), "seconds a failing cache layer is skipped"
+    )
     extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
 
     def __getattr__(self, name: str) -> Any:

@@ -68,6 +68,11 @@ class PluginSystem:
         for name, eps in sorted(by_name.items()):
             dists = sorted({_dist_name(ep) or "?" for ep in eps})
             record = PluginRecord(name, "entry point", _dist_name(eps[0]), _dist_version(eps[0]), eps[0].value)
+            if name == BUILTIN_NAME:
+                record.error = f"the name {name!r} is reserved for tunesmith's built-in plugin"
+                self.records[f"{name} ({record.dist})"] = record
+                log.error("tunesmith plugin %s of %s not loaded: %s", name, record.dist, record.error)
+                continue
             self.records[name] = record
             if len(dists) > 1:
                 record.error = f"entry point {name!r} is declared by several distributions: {', '.join(dists)}"
@@ -101,6 +106,8 @@ class PluginSystem:
             record = next((r for r in self.records.values() if r.plugin is plugin or r.name == plugin), None)
             if record is None or not record.loaded:
                 raise ValueError(f"{plugin!r} is not a registered tunesmith plugin")
+            if record.source == "builtin":
+                raise ValueError("the built-in plugin cannot be unregistered; register a plugin that overrides it")
             self.pm.unregister(record.plugin, name=record.name)
             self.option_defs = {k: d for k, d in self.option_defs.items() if d.owner != record.name}
             del self.records[record.name]
@@ -121,8 +128,12 @@ class PluginSystem:
         else:
             try:
                 self._add_options(plugin, record.name)
-            except OptionError as exc:
-                error = exc
+            except Exception as exc:  # noqa: BLE001 - a plugin's bad settings hook rejects only that plugin
+                error = (
+                    exc
+                    if isinstance(exc, OptionError)
+                    else ValueError(f"tunesmith_add_options raised {_describe(exc)}")
+                )
         if error is not None:
             self.pm.unregister(plugin, name=record.name)
             record.error = str(error)
@@ -136,8 +147,13 @@ class PluginSystem:
         defs = dict(self.option_defs)
         for impl in self.pm.hook.tunesmith_add_options.get_hookimpls():
             if impl.plugin is plugin:
-                impl.function(OptionRegistry(defs, name))
+                call_impl(impl, options=OptionRegistry(defs, name))
         self.option_defs = defs
+
+
+def call_impl(impl: pluggy.HookImpl, **kwargs: Any) -> Any:
+    """Call one plugin's implementation, passing only the arguments it asks for."""
+    return impl.function(*[kwargs[name] for name in impl.argnames])
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str | None:
@@ -193,6 +209,10 @@ def startup_disabled() -> tuple[str, ...]:
     return names
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def get_system() -> PluginSystem:
     """The plugin system, loading the built-in plugin and every entry point on first use."""
     global _system
@@ -204,7 +224,7 @@ def get_system() -> PluginSystem:
             system.register(builtin, BUILTIN_NAME, source="builtin")
             system.records[BUILTIN_NAME].dist = "tunesmith"
             system.records[BUILTIN_NAME].version = _installed_version("tunesmith")
-            if not os.environ.get("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"):
+            if not _env_flag("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"):
                 system.load_entry_points(startup_disabled())
             _system = system
         return _system

@@ -158,8 +158,14 @@ def _verify(
     problem: Problem, spec: ChoiceSpec, kernel: Callable[..., Any], inputs: Sequence[torch.Tensor]
 ) -> str | None:
     """None when ``kernel`` matches the float64 reference, else why not (counted and warned about)."""
-    with torch.no_grad():
-        err = relative_error(kernel(*inputs), reference(problem, inputs))
+    try:
+        with torch.no_grad():
+            err = relative_error(kernel(*inputs), reference(problem, inputs))
+    except Exception as exc:  # noqa: BLE001 - a kernel that raises is as wrong as one that miscomputes
+        bump("verify_rejected")
+        why = f"verify: the kernel raised {type(exc).__name__}: {exc}"
+        warnings.warn(f"{why}: not using {spec}", TunesmithWarning, stacklevel=4)
+        return why
     tol = tolerance(problem)
     if err <= tol:
         return None

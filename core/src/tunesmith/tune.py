@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tunesmith import ops
+from tunesmith import hooks, ops
 from tunesmith.problem import build_problem, is_empty
 from tunesmith.selection import Selection, select
 from tunesmith.settings import current_options
@@ -39,7 +39,8 @@ def tune(
     settings = current_options(options)
     problem, inputs = build_problem(op, tensors, scalars, epilogue)
     if is_empty(problem):
-        report = SelectionReport(problem, problem.key(), EMPTY_SPEC, ())
+        report = SelectionReport(problem, problem.key(), EMPTY_SPEC, (), source="empty")
+        hooks.selection_done(report, settings)
         return Selection(problem, EMPTY_SPEC, {}, lambda *t: ops.run(problem, t), False, report)
     with torch.no_grad():
         return select(problem, inputs, settings)

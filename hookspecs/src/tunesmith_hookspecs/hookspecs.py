@@ -3,8 +3,9 @@
 A plugin is any module or object carrying functions named like these hooks and decorated with
 :data:`tunesmith_hookspecs.hookimpl`. It may accept fewer arguments than a spec lists (specs gain
 arguments over time, never lose them). Hooks marked *firstresult* stop at the first
-implementation that returns something other than ``None``; the others collect every
-implementation's result, in registration order (most recently registered first, as pluggy does).
+implementation that returns something other than ``None``, trying the most recently registered
+plugin first (pluggy's order); the core calls the others once per plugin, validating each plugin's
+result on its own (``tunesmith_choices`` in the order of the ``backends`` setting).
 
 The ``options`` argument passed to hooks is the resolved settings object of the core
 (``tunesmith.Options``): core settings are attributes (``options.backends``), and so are the ones

@@ -199,7 +199,8 @@ class Timing:
 class SelectionReport:
     """What one selection did: the winner, every timing, and where the answer came from.
 
-    ``source`` is ``"tuned"`` for a fresh tuning, else the cache layer that answered
+    ``source`` is ``"tuned"`` for a fresh tuning, ``"empty"`` for a problem with an empty output or
+    reduction (computed directly, never tuned or cached), else the cache layer that answered
     (``"memory"``, ``"local"``, or a plugin layer's name).
     """
 
@@ -214,7 +215,7 @@ class SelectionReport:
 
     @property
     def cached(self) -> bool:
-        return self.source != "tuned"
+        return self.source not in ("tuned", "empty")
 
 
 @attrs.frozen

@@ -45,6 +45,7 @@ class LocalDiskCache:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(value)
+            os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a shared cache_dir needs others to read it
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
