@@ -54,3 +54,12 @@ def test_bad_arguments_raise_one_clear_error(op, make, scalars, message):
 def test_bad_epilogues_raise_one_clear_error(epilogue, message):
     with pytest.raises(tunesmith.ProblemError, match=message):
         tunesmith.tune("mm", rand(2, 3), rand(3, 4), epilogue=epilogue)
+
+
+def test_broadcast_rule():
+    from tunesmith.problem import broadcasts_to
+
+    assert broadcasts_to((4,), (3, 4)) and broadcasts_to((1, 4), (3, 4)) and broadcasts_to((3, 1), (3, 4))
+    assert broadcasts_to((), (3, 4)) and broadcasts_to((2, 1, 4), (2, 3, 4))
+    assert not broadcasts_to((3,), (3, 4)) and not broadcasts_to((2, 3, 4), (3, 4))
+    assert not broadcasts_to((0,), (3, 4)) and broadcasts_to((0,), (3, 0))

@@ -4,6 +4,8 @@ failing choices timed as infinite, observers."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,7 +17,7 @@ import tunesmith
 from tunesmith.bench import BUDGET_EXHAUSTED
 from tunesmith_hookspecs import ChoiceSpec, Timing, hookimpl
 
-from conftest import rand
+from conftest import rand, run_env
 
 A, B = rand(24, 16), rand(16, 20)
 
@@ -175,3 +177,17 @@ def test_the_kernel_of_a_selection_runs_on_new_tensors_of_the_same_layout():
     sel = tunesmith.tune("addmm", rand(20), A, B, epilogue=["relu"])
     bias, a, b = rand(20), rand(24, 16), rand(16, 20)
     torch.testing.assert_close(sel(bias, a, b), torch.relu(torch.addmm(bias, a, b)))
+
+
+def test_tune_does_not_pull_in_heavy_modules():
+    """A first tune() in a process must not import torch's symbolic-shape machinery (sympy):
+    on a cold machine that alone took 2.4 s (benchmarks/results/README.md)."""
+    code = (
+        "import sys, torch, tunesmith\n"
+        "before = set(sys.modules)\n"
+        "tunesmith.tune('addmm', torch.randn(4), torch.randn(3, 2), torch.randn(2, 4), epilogue=['relu'],"
+        " options={'caches': []})\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'sympy'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env(), check=True)
+    assert out.stdout.strip() == "[]"

@@ -50,14 +50,19 @@ def time_callable(fn: Callable[[], Any], device: torch.device, warmup: int, repe
         fn()
     samples = []
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
+        # Enqueue every repeat back to back and synchronise once: a sync per repeat would leave the
+        # GPU idle while Python launches the next call, and time that gap too.
+        with torch.cuda.device(device):
+            torch.cuda.synchronize()
+            events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)
+            ]
+            for start, end in events:
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+        samples = [start.elapsed_time(end) for start, end in events]
     else:
         for _ in range(repeat):
             t0 = time.perf_counter()

@@ -71,12 +71,16 @@ def _check_inner(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, st
         )
 
 
+def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """Whether ``shape`` broadcasts to exactly ``target`` (plain Python: torch.broadcast_shapes
+    imports torch's symbolic-shape machinery on first use, seconds on a cold process)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+
+
 def _check_broadcast(op: str, name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
-    try:
-        ok = torch.broadcast_shapes(tuple(t.shape), shape) == shape
-    except RuntimeError:
-        ok = False
-    if not ok:
+    if not broadcasts_to(tuple(t.shape), shape):
         raise ProblemError(f"{op}: {name} of shape {tuple(t.shape)} does not broadcast to the output {shape}")
 
 

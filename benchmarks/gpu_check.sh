@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the GPU machine (no network): install this repository, run the CPU test files that also
+# cover CUDA (every op against float64 on the GPU, CUDA-event timing, caches), then tune the
+# GEMM set with the aten backend: cold, warm in a fresh process, and cold again on a new cache.
+# Missing Python packages travel as wheels in .whl/ (see docs/gpu.md). Results go to $OUT.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e hookspecs -e core -e plugins/aten || exit 1
+export TUNESMITH_CACHE_DIR
+TUNESMITH_CACHE_DIR=$(mktemp -d)
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee -a "$OUT/env.txt"
+python3 -m pytest -q -p no:cacheprovider tests/test_correctness.py tests/test_selection.py tests/test_cache.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+for run in cold warm cold2; do
+    if [ "$run" = cold2 ]; then TUNESMITH_CACHE_DIR=$(mktemp -d); fi  # tuned again: run-to-run spread
+    start=$(python3 -c 'import time; print(time.time())')
+    python3 -m tunesmith tune benchmarks/gemm_shapes.json --device cuda --json "$OUT/aten_gemm_$run.json" | tail -25
+    python3 -c "import time; print('$run process wall: %.2f s' % (time.time() - $start))" | tee -a "$OUT/env.txt"
+done
