@@ -2,7 +2,7 @@
 # On the GPU machine (no network): install this repository, run the CPU test files that also
 # cover CUDA (every op against float64 on the GPU, CUDA-event timing, caches), then tune the
 # GEMM set with the aten backend: cold, warm in a fresh process, and cold again on a new cache.
-# Missing Python packages travel as wheels in .whl/ (see docs/gpu.md). Results go to $OUT.
+# Missing Python packages travel as wheels in .whl/ (docs/development.md). Results go to $OUT.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"

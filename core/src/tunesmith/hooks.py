@@ -8,7 +8,7 @@ current ``disabled_plugins`` are never called.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pluggy
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 BASELINE_BACKEND = "aten"
 _status_cache: dict[str, PluginStatus] = {}
+_warned_layers: set[str] = set()
 
 
 class PluginOutputError(TunesmithError, TypeError):
@@ -49,16 +50,12 @@ def _subset(system: PluginSystem, hook: str, options: Options) -> pluggy.HookCal
     return system.pm.subset_hook_caller(hook, disabled) if disabled else getattr(system.pm.hook, hook)
 
 
-def _sequence(plugin: str, hook: str, result: Any) -> Sequence[Any]:
+def _sequence(plugin: str, hook: str, result: Any) -> list[Any]:
+    """A hook's result as a list (None is empty); anything but an iterable of items is an error."""
     if result is None:
         return []
-    if isinstance(result, str | bytes) or not isinstance(result, Sequence | set | frozenset | tuple):
-        try:
-            return list(result)
-        except TypeError:
-            raise PluginOutputError(
-                f"plugin {plugin!r}: {hook} returned {type(result).__name__}, not a sequence"
-            ) from None
+    if isinstance(result, str | bytes | Mapping) or not isinstance(result, Iterable):
+        raise PluginOutputError(f"plugin {plugin!r}: {hook} returned {type(result).__name__}, not a list")
     return list(result)
 
 
@@ -97,7 +94,7 @@ def plugin_status(name: str) -> PluginStatus:
         for impl in system.pm.hook.tunesmith_plugin_status.get_hookimpls():
             if impl.plugin is record.plugin:
                 try:
-                    answer = impl.function()
+                    answer = call_impl(impl)
                 except Exception as exc:  # noqa: BLE001 - reported as "cannot run here"
                     answer = PluginStatus(False, f"tunesmith_plugin_status raised {_describe(exc)}")
                 if answer is not None and not isinstance(answer, PluginStatus):
@@ -134,20 +131,23 @@ def choices(problem: Problem, options: Options) -> tuple[list[Choice], dict[str,
         if impl is None:
             reasons[name] = "is not a backend (it implements no tunesmith_choices)"
             continue
-        try:
-            offered = validate_choices(name, call_impl(impl, problem=problem, options=options))
-        except PluginOutputError as exc:
-            log.error("%s", exc)
-            reasons[name] = str(exc)
-            continue
-        except Exception as exc:
-            log.exception("tunesmith_choices of plugin %r raised", name)
-            reasons[name] = f"tunesmith_choices raised {_describe(exc)}"
-            continue
+        offered, why = _offered(impl, problem, options)
         if not offered:
-            reasons[name] = "offered no choices for this problem"
+            reasons[name] = why or "offered no choices for this problem"
         found.extend(offered)
     return found, reasons
+
+
+def _offered(impl: pluggy.HookImpl, problem: Problem, options: Options) -> tuple[list[Choice], str | None]:
+    """One backend's validated choices, or none and why (the error is logged, naming the plugin)."""
+    try:
+        return validate_choices(impl.plugin_name, call_impl(impl, problem=problem, options=options)), None
+    except PluginOutputError as exc:
+        log.error("%s", exc)
+        return [], str(exc)
+    except Exception as exc:
+        log.exception("tunesmith_choices of plugin %r raised", impl.plugin_name)
+        return [], f"tunesmith_choices raised {_describe(exc)}"
 
 
 def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choice | None:
@@ -173,15 +173,7 @@ def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choi
         )
     for impl in _impls(system, "tunesmith_choices", options):
         if impl.plugin_name == spec.backend:
-            try:
-                offered = validate_choices(spec.backend, call_impl(impl, problem=problem, options=options))
-            except PluginOutputError as exc:
-                log.error("%s", exc)
-                return None
-            except Exception:
-                log.exception("tunesmith_choices of plugin %r raised", spec.backend)
-                return None
-            return next((c for c in offered if c.spec == spec), None)
+            return next((c for c in _offered(impl, problem, options)[0] if c.spec == spec), None)
     return None
 
 
@@ -223,7 +215,8 @@ def cache_layers(options: Options) -> list[CacheLayer]:
         names = sorted(offered, key=lambda n: (n != "local", n))
     else:
         names = list(options.caches)
-        for missing in [n for n in names if n not in offered]:
+        for missing in [n for n in names if n not in offered and n not in _warned_layers]:
+            _warned_layers.add(missing)
             log.warning("cache layer %r is not offered by any plugin under the current settings", missing)
     return [offered[n][1] for n in names if n in offered]
 

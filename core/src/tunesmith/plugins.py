@@ -21,7 +21,7 @@ import pluggy
 
 import tunesmith_hookspecs
 from tunesmith.errors import OptionError
-from tunesmith.options import OptionDef, OptionRegistry, core_option_defs, env_layer, file_layers
+from tunesmith.options import OptionDef, OptionRegistry, core_option_defs, env_layer, file_layers, parse_value
 from tunesmith_hookspecs import hookspecs
 
 log = logging.getLogger(__name__)
@@ -197,15 +197,9 @@ _system_lock = threading.Lock()
 def startup_disabled() -> tuple[str, ...]:
     """``disabled_plugins`` from the file and environment layers (read before plugins load)."""
     names: tuple[str, ...] = ()
-    for source, layer in [*file_layers(), ("environment", env_layer())]:
+    for source, layer in [*file_layers(), ("TUNESMITH_DISABLED_PLUGINS", env_layer())]:
         if "disabled_plugins" in layer:
-            raw = layer["disabled_plugins"]
-            try:
-                names = core_option_defs()["disabled_plugins"].parse(raw)
-            except (ValueError, TypeError) as exc:
-                raise OptionError(
-                    f"setting 'disabled_plugins' = {raw!r} (from {source}) is not valid: expected {exc}"
-                ) from None
+            names = parse_value(core_option_defs(), "disabled_plugins", layer["disabled_plugins"], source)
     return names
 
 
