@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import traceback
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -60,11 +61,12 @@ class PluginSystem:
 
     # -- loading --
 
-    def load_entry_points(self, disabled: tuple[str, ...]) -> None:
-        """Load every installed plugin, each in its own try."""
+    def load_entry_points(self, disabled: tuple[str, ...], only: Collection[str] | None = None) -> None:
+        """Load every installed plugin (or those named in ``only``), each in its own try."""
         by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            by_name.setdefault(ep.name, []).append(ep)
+            if only is None or ep.name in only:
+                by_name.setdefault(ep.name, []).append(ep)
         for name, eps in sorted(by_name.items()):
             dists = sorted({_dist_name(ep) or "?" for ep in eps})
             record = PluginRecord(name, "entry point", _dist_name(eps[0]), _dist_version(eps[0]), eps[0].value)
@@ -224,9 +226,22 @@ def get_system() -> PluginSystem:
         return _system
 
 
-def reload_plugins() -> PluginSystem:
-    """Forget every plugin and load them again (for tests, and after installing a plugin)."""
+def reload_plugins(only: Collection[str] | None = None) -> PluginSystem:
+    """Forget every plugin and load them again (for tests, and after installing a plugin);
+    with ``only``, load just the entry points of those names (the conformance suite's isolation)."""
     global _system
     with _system_lock:
         _system = None
-    return get_system()
+    if only is None:
+        return get_system()
+    previous = os.environ.get("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        system = get_system()
+    finally:
+        if previous is None:
+            del os.environ["TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"]
+        else:
+            os.environ["TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    system.load_entry_points(startup_disabled(), only=set(only))
+    return system

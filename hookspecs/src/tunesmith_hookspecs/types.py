@@ -177,6 +177,12 @@ class ChoiceSpec:
     def param(self, name: str, default: Any = None) -> Any:
         return dict(self.params).get(name, default)
 
+    def key(self) -> str:
+        """A stable hex digest of this spec, the same in every process (``hash()`` is salted per process)."""
+        from tunesmith_hookspecs.serde import to_json
+
+        return hashlib.sha256(to_json(self).encode()).hexdigest()
+
     def __str__(self) -> str:
         inner = ",".join(f"{k}={v}" for k, v in self.params)
         return f"{self.backend}:{self.template}" + (f"[{inner}]" if inner else "")
@@ -229,12 +235,35 @@ class DeviceInfo:
     interconnect_latency_s: float | None = None
 
 
+def _optional_names(values: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)
+
+
 @attrs.frozen
 class PluginStatus:
-    """Whether a plugin can run on this machine, and if not, why (shown by ``tunesmith plugins``)."""
+    """Whether a plugin can run on this machine, and if not, why (shown by ``tunesmith plugins``).
+
+    A backend may also declare what it supports: ``ops``, ``dtypes`` and ``devices`` (device
+    types), each ``None`` for "all". The conformance suite skips, with the reason, what a plugin
+    declares it does not support, and fails a declared op or dtype that gets no choices.
+    """
 
     runnable: bool
     reason: str = ""
+    ops: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
+    dtypes: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
+    devices: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
+
+    def supports(self, op: str, dtype: str, device: str) -> str | None:
+        """None when (op, dtype, device type) is declared supported, else why not."""
+        for kind, value, allowed in (
+            ("op", op, self.ops),
+            ("dtype", dtype, self.dtypes),
+            ("device", device, self.devices),
+        ):
+            if allowed is not None and value not in allowed:
+                return f"the plugin declares no support for {kind} {value} (supports {', '.join(allowed) or 'none'})"
+        return None
 
 
 # --- Protocols: plugins need not subclass anything ------------------------------------------

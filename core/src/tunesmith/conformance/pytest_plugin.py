@@ -1,0 +1,77 @@
+"""The pytest plugin behind the conformance suite (entry point ``pytest11``).
+
+It adds the ``--tunesmith-*`` options and does nothing else unless ``--tunesmith-plugin`` is
+given. Importing it imports neither torch nor tunesmith, so every other pytest run stays as fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+_TARGET = pytest.StashKey[Any]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tunesmith", "tunesmith plugin conformance")
+    group.addoption("--tunesmith-plugin", metavar="NAME", help="check the installed tunesmith plugin NAME")
+    group.addoption(
+        "--tunesmith-device",
+        metavar="TYPE",
+        help="device type to check backends on (default: cuda if present, else cpu)",
+    )
+    group.addoption(
+        "--tunesmith-unreachable",
+        metavar="SETTING=VALUE",
+        action="append",
+        default=[],
+        help="settings that point a cache plugin at a server that is down (e.g. redis_url=redis://127.0.0.1:9)",
+    )
+    group.addoption(
+        "--tunesmith-case-timeout", type=float, default=120.0, metavar="S", help="seconds one backend case may take"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    name = config.getoption("tunesmith_plugin", None)
+    if not name:
+        return
+    import torch
+
+    from tunesmith.conformance.target import Target
+
+    device = config.getoption("tunesmith_device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        config.stash[_TARGET] = Target.load(name, device)
+    except LookupError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    target = config.stash.get(_TARGET, None)
+    return f"tunesmith conformance: {target.describe()}" if target else None
+
+
+def get_target(config: pytest.Config) -> Any:
+    """The plugin under test, or None when ``--tunesmith-plugin`` was not given."""
+    return config.stash.get(_TARGET, None)
+
+
+@pytest.fixture(scope="session")
+def tunesmith_target(request: pytest.FixtureRequest) -> Any:
+    """The plugin under test; skips the test when no ``--tunesmith-plugin`` was given, fails it
+    when the plugin did not load."""
+    target = get_target(request.config)
+    if target is None:
+        pytest.skip("no --tunesmith-plugin NAME given: the conformance suite checks one installed plugin")
+    if not target.record.loaded:
+        pytest.fail(f"plugin {target.name!r} did not load: {target.record.error}", pytrace=False)
+    return target
+
+
+def require_kind(target: Any, kind: str) -> None:
+    if kind not in target.kinds:
+        pytest.skip(
+            f"plugin {target.name!r} is not a {kind} (it implements {', '.join(sorted(target.hooks)) or 'no hooks'})"
+        )

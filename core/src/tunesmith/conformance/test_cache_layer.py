@@ -1,0 +1,165 @@
+"""Cache-layer checks: every layer the plugin offers under the current settings (configure it,
+e.g. ``TUNESMITH_REDIS_URL``, before running the suite) stores bytes faithfully and safely."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from typing import Any
+
+import pytest
+
+from tunesmith.conformance.pytest_plugin import require_kind
+
+LARGE = 4 * 1024 * 1024 + 17
+UNREACHABLE_BOUND_S = 5.0
+
+
+def stamped(tag: str, size: int) -> bytes:
+    """``size`` random bytes that carry their own checksum, so a torn or mixed value is detectable."""
+    body = tag.encode() + b":" + os.urandom(max(size - len(tag) - 33, 1))
+    return body + b":" + hashlib.sha256(body).digest()
+
+
+def intact(value: bytes) -> bool:
+    body, digest = value[:-33], value[-32:]
+    return value[-33:-32] == b":" and hashlib.sha256(body).digest() == digest
+
+
+def fresh_key(label: str) -> str:
+    return f"conformance{label}{os.urandom(8).hex()}"
+
+
+@pytest.fixture(scope="session")
+def layers(tunesmith_target: Any) -> list[Any]:
+    require_kind(tunesmith_target, "cache layer")
+    found = tunesmith_target.cache_layers()
+    if not found:
+        pytest.skip(f"plugin {tunesmith_target.name!r} offers no cache layer under the current settings: configure it")
+    return found
+
+
+def test_round_trip_miss_and_overwrite(layers: list[Any]) -> None:
+    for layer in layers:
+        key = fresh_key("rt")
+        assert layer.get(key) is None, f"layer {layer.name!r}: a key never written is not a miss"
+        first, second = stamped("first", 300), stamped("second", 500)
+        layer.put(key, first)
+        assert layer.get(key) == first, f"layer {layer.name!r}: get() does not return what put() stored"
+        layer.put(key, second)
+        assert layer.get(key) == second, f"layer {layer.name!r}: put() does not overwrite"
+
+
+def test_large_value(layers: list[Any]) -> None:
+    for layer in layers:
+        key, value = fresh_key("large"), stamped("large", LARGE)
+        layer.put(key, value)
+        got = layer.get(key)
+        assert got == value, (
+            f"layer {layer.name!r}: a value of {LARGE} bytes came back as "
+            f"{'a miss' if got is None else f'{len(got)} other bytes'}; store it, split it, or refuse it in put()"
+        )
+
+
+def test_arbitrary_bytes_and_a_corrupt_entry_is_a_miss(layers: list[Any]) -> None:
+    from tunesmith.cache.stack import CacheStack
+    from tunesmith.errors import TunesmithWarning
+
+    garbage = b"\x00\xff\xfe not json \x80" + os.urandom(64)
+    for layer in layers:
+        key = fresh_key("corrupt")
+        layer.put(key, garbage)
+        assert layer.get(key) == garbage, f"layer {layer.name!r}: bytes that are not UTF-8 do not round-trip"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert CacheStack([layer], "autotune", None, 30.0).get(key, lambda payload: payload) is None
+        assert any(issubclass(w.category, TunesmithWarning) for w in caught), "a corrupt entry gave no warning"
+
+
+def _torn_reads_while_threads_write(layer: Any, key: str) -> int:
+    """Six threads each write ten stamped values to ``key`` while two threads read it."""
+    torn, stop = [], threading.Event()
+
+    def write(tag: str) -> None:
+        for i in range(10):
+            layer.put(key, stamped(f"{tag}-{i}", 64 * 1024))
+
+    def read() -> None:
+        while not stop.is_set():
+            value = layer.get(key)
+            if value is not None and not intact(value):
+                torn.append(len(value))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    writers = [threading.Thread(target=write, args=(f"w{n}",)) for n in range(6)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    return len(torn)
+
+
+def test_concurrent_writers_in_threads(layers: list[Any]) -> None:
+    for layer in layers:
+        key = fresh_key("threads")
+        torn = _torn_reads_while_threads_write(layer, key)
+        assert not torn, f"layer {layer.name!r}: {torn} torn or mixed values read while threads wrote"
+        last = layer.get(key)
+        assert last is not None and intact(last), f"layer {layer.name!r}: the last value written is not there intact"
+
+
+def test_concurrent_writers_in_processes(tunesmith_target: Any, layers: list[Any]) -> None:
+    for layer in layers:
+        key, torn = fresh_key("procs"), 0
+        code = (
+            "import sys\n"
+            "from tunesmith.conformance.target import Target\n"
+            "from tunesmith.conformance.test_cache_layer import stamped\n"
+            "target = Target.load(sys.argv[1], 'cpu')\n"
+            "layer = next(l for l in target.cache_layers() if l.name == sys.argv[2])\n"
+            "for i in range(10):\n"
+            "    layer.put(sys.argv[3], stamped(f'p{sys.argv[4]}-{i}', 64 * 1024))\n"
+        )
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, tunesmith_target.name, layer.name, key, str(n)])
+            for n in range(4)
+        ]
+        while any(p.poll() is None for p in procs):
+            value = layer.get(key)
+            torn += value is not None and not intact(value)
+        assert all(p.returncode == 0 for p in procs), "a writer process failed"
+        assert torn == 0, f"layer {layer.name!r}: {torn} torn or mixed values read while processes wrote"
+        last = layer.get(key)
+        assert last is not None and intact(last), f"layer {layer.name!r}: the last value written is not there intact"
+
+
+def test_an_unreachable_server_is_a_miss_with_a_warning_in_bounded_time(
+    tunesmith_target: Any, layers: list[Any], request: pytest.FixtureRequest
+) -> None:
+    from tunesmith.cache.stack import CacheStack, reset_backoff
+
+    settings = request.config.getoption("tunesmith_unreachable")
+    if not settings:
+        pytest.skip("give --tunesmith-unreachable SETTING=VALUE (settings pointing the layer at a dead server)")
+    overrides = dict(item.split("=", 1) for item in settings)
+    dead = tunesmith_target.cache_layers(overrides)
+    assert dead, f"plugin {tunesmith_target.name!r} offers no layer under {overrides}"
+    reset_backoff()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.monotonic()
+        stack = CacheStack(dead, "autotune", None, 30.0)
+        assert stack.get(fresh_key("dead"), lambda payload: payload) is None
+        stack.put(fresh_key("dead"), {"x": 1})
+        elapsed = time.monotonic() - start
+    reset_backoff()
+    assert elapsed < UNREACHABLE_BOUND_S, f"a dead server cost {elapsed:.1f} s (bound {UNREACHABLE_BOUND_S:g} s)"
+    assert caught, "a dead server gave no warning"

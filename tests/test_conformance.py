@@ -1,0 +1,111 @@
+"""The conformance suite, run as a plugin author runs it: ``pytest --pyargs tunesmith.conformance
+--tunesmith-plugin NAME`` in a fresh process, against aten, the built-in layer, and fixture
+plugins that are wrong on purpose (installed from tests/fixture_plugins/)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_env
+
+#: the issue's bound for one plugin on 2 CPU cores
+SUITE_BOUND_S = 180
+
+
+def conformance(*args: str, sites: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
+    env = run_env(PYTHONPATH=":".join(map(str, sites)))
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "tunesmith.conformance", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=SUITE_BOUND_S)
+
+
+def counts(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    last = proc.stdout.strip().splitlines()[-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", last)}
+
+
+def test_aten_passes_the_whole_suite():
+    proc = conformance("--tunesmith-plugin", "aten")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "tunesmith conformance: plugin 'aten' (tunesmith-aten 0.1.0), kinds: backend, runs here" in proc.stdout
+    result = counts(proc)
+    assert result["passed"] >= 500 and "failed" not in result  # the matrix: 6 ops x 3 dtypes x 28 cases
+
+
+def test_the_builtin_disk_layer_passes_the_cache_checks():
+    proc = conformance("-v", "--tunesmith-plugin", "core", "--tunesmith-unreachable", "cache_dir=/dev/null/unreachable")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert len(re.findall(r"test_cache_layer.py::\S+ PASSED", proc.stdout)) == 6
+
+
+def test_a_backend_off_by_one_percent_fails_naming_the_choice_and_the_error(fixture_sites):
+    proc = conformance("--tunesmith-plugin", "fixture_wrong", sites=(fixture_sites["bad"],))
+    assert proc.returncode == 1
+    assert (
+        "fixture_wrong:mm on mm (17, 18) x (18, 19) float32 on cpu: relative error 0.01 > tolerance 1e-05"
+        in proc.stdout
+    )
+    assert counts(proc)["failed"] >= 27  # every float32 and float16 case with a non-empty output
+
+
+def test_a_backend_that_segfaults_is_reported_not_crashed_on(fixture_sites):
+    proc = conformance("--tunesmith-plugin", "fixture_segv", sites=(fixture_sites["bad"],))
+    assert proc.returncode == 1  # pytest itself finished and reported
+    crashes = re.findall(r"crashed the worker process \(SIGSEGV\) while running fixture_segv:mm", proc.stdout)
+    assert len(crashes) == 2  # then the choice is quarantined
+    assert "fixture_segv:mm on mm (17, 18) x (18, 19) float32 on cpu: not run: it crashed the worker" in proc.stdout
+    assert (
+        "the plugin declares no support for dtype bfloat16 (supports float32)"
+        in conformance(
+            "-rs", "--tunesmith-plugin", "fixture_segv", "-k", "bfloat16", sites=(fixture_sites["bad"],)
+        ).stdout
+    )
+
+
+def test_a_backend_whose_only_choice_raises_is_reported(fixture_sites):
+    proc = conformance("--tunesmith-plugin", "fixture_raising", "-k", "mm-float32", sites=(fixture_sites["raising"],))
+    assert proc.returncode == 1
+    assert re.search(
+        r"fixture_raising:always_raises on mm \(17, 18\).*: RuntimeError: fixture_raising's kernel fails", proc.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("plugin", "failing"),
+    [
+        ("fixture_droplarge", {"test_large_value"}),
+        (
+            "fixture_corrupt",
+            {"test_round_trip_miss_and_overwrite", "test_arbitrary_bytes_and_a_corrupt_entry_is_a_miss"},
+        ),
+    ],
+)
+def test_a_faulty_cache_layer_fails_the_matching_checks(fixture_sites, plugin, failing):
+    proc = conformance("-v", "--tunesmith-plugin", plugin, sites=(fixture_sites["bad"],))
+    assert proc.returncode == 1
+    failed = set(re.findall(r"test_cache_layer.py::(\w+) FAILED", proc.stdout))
+    assert failing <= failed, proc.stdout[-3000:]
+    if plugin == "fixture_droplarge":
+        assert failed == failing  # small values are kept: only the large-value check fails
+        assert "a value of 4194321 bytes came back as a miss" in proc.stdout
+
+
+def test_graph_pass_checks(fixture_sites):
+    good = conformance("-v", "--tunesmith-plugin", "fixture_goodpass", sites=(fixture_sites["bad"],))
+    assert good.returncode == 0 and len(re.findall(r"test_graph_pass.py::\w+ PASSED", good.stdout)) == 2
+    bad = conformance("-v", "--tunesmith-plugin", "fixture_badpass", sites=(fixture_sites["bad"],))
+    assert bad.returncode == 1
+    assert "pass uuids differ between processes" in bad.stdout
+    assert re.search(r"pre_grad_passes\(\) pass .*Breaker.* broke graph", bad.stdout)
+
+
+def test_without_a_plugin_the_suite_only_skips_and_an_unknown_one_is_a_usage_error():
+    proc = conformance("-rs")
+    assert proc.returncode == 0 and set(counts(proc)) == {"skipped"}
+    assert "no --tunesmith-plugin NAME given" in proc.stdout
+    proc = conformance("--tunesmith-plugin", "nope")
+    assert proc.returncode == 4 and "no tunesmith plugin named 'nope' is installed" in proc.stderr
