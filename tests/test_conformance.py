@@ -55,8 +55,10 @@ def test_a_backend_off_by_one_percent_fails_naming_the_choice_and_the_error(fixt
 def test_a_backend_that_segfaults_is_reported_not_crashed_on(fixture_sites):
     proc = conformance("--tunesmith-plugin", "fixture_segv", sites=(fixture_sites["bad"],))
     assert proc.returncode == 1  # pytest itself finished and reported
-    crashes = re.findall(r"crashed the worker process \(SIGSEGV\) while running fixture_segv:mm", proc.stdout)
-    assert len(crashes) == 2  # then the choice is quarantined
+    crashed = set(
+        re.findall(r"([\w+-]+): crashed the worker process \(SIGSEGV\) while running fixture_segv:mm", proc.stdout)
+    )
+    assert len(crashed) == 2, crashed  # two cases crashed a worker; then the choice is quarantined
     assert "fixture_segv:mm on mm (17, 18) x (18, 19) float32 on cpu: not run: it crashed the worker" in proc.stdout
     assert (
         "the plugin declares no support for dtype bfloat16 (supports float32)"
