@@ -28,81 +28,93 @@ def counts(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
     return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", last)}
 
 
+def outcomes(proc: subprocess.CompletedProcess[str], module: str, outcome: str) -> set[str]:
+    """The tests of ``module`` that ended in ``outcome``, from ``-v`` output."""
+    return set(re.findall(rf"{module}::(\S+) {outcome}", proc.stdout))
+
+
 def test_aten_passes_the_whole_suite():
     proc = conformance("--tunesmith-plugin", "aten")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "tunesmith conformance: plugin 'aten' (tunesmith-aten 0.1.0), kinds: backend, runs here" in proc.stdout
     result = counts(proc)
-    assert result["passed"] >= 500 and "failed" not in result  # the matrix: 6 ops x 3 dtypes x 28 cases
+    assert result["passed"] >= 540 and "failed" not in result  # 6 ops x 3 dtypes x 30 cases, and more
 
 
 def test_the_builtin_disk_layer_passes_the_cache_checks():
     proc = conformance("-v", "--tunesmith-plugin", "core", "--tunesmith-unreachable", "cache_dir=/dev/null/unreachable")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(re.findall(r"test_cache_layer.py::\S+ PASSED", proc.stdout)) == 6
+    assert len(outcomes(proc, "test_cache_layer.py", "PASSED")) == 7
 
 
 def test_a_backend_off_by_one_percent_fails_naming_the_choice_and_the_error(fixture_sites):
     proc = conformance("--tunesmith-plugin", "fixture_wrong", sites=(fixture_sites["bad"],))
     assert proc.returncode == 1
-    assert (
-        "fixture_wrong:mm on mm (17, 18) x (18, 19) float32 on cpu: relative error 0.01 > tolerance 1e-05"
-        in proc.stdout
+    expected = (
+        "fixture_wrong:mm on mm (17, 18) x (18, 19) float32 on cpu [mm-float32-odd17-contiguous-none]: "
+        "relative error 0.01 > tolerance 1e-05"
     )
+    assert expected in proc.stdout
     assert counts(proc)["failed"] >= 27  # every float32 and float16 case with a non-empty output
 
 
 def test_a_backend_that_segfaults_is_reported_not_crashed_on(fixture_sites):
     proc = conformance("--tunesmith-plugin", "fixture_segv", sites=(fixture_sites["bad"],))
     assert proc.returncode == 1  # pytest itself finished and reported
-    crashed = set(
-        re.findall(r"([\w+-]+): crashed the worker process \(SIGSEGV\) while running fixture_segv:mm", proc.stdout)
-    )
+    pattern = r"\[([\w+-]+)\] crashed the worker process \(SIGSEGV\) while running fixture_segv:mm"
+    crashed = set(re.findall(pattern, proc.stdout))
     assert len(crashed) == 2, crashed  # two cases crashed a worker; then the choice is quarantined
-    assert "fixture_segv:mm on mm (17, 18) x (18, 19) float32 on cpu: not run: it crashed the worker" in proc.stdout
-    assert (
-        "the plugin declares no support for dtype bfloat16 (supports float32)"
-        in conformance(
-            "-rs", "--tunesmith-plugin", "fixture_segv", "-k", "bfloat16", sites=(fixture_sites["bad"],)
-        ).stdout
-    )
+    assert "[mm-float32-odd17-contiguous-none]: not run: it crashed or hung a worker process" in proc.stdout
+    assert "differ between processes" not in proc.stdout  # quarantined choices keep their keys
+    skipped = conformance("-rs", "--tunesmith-plugin", "fixture_segv", "-k", "bfloat16", sites=(fixture_sites["bad"],))
+    assert "the plugin declares no support for dtype bfloat16 (supports float32)" in skipped.stdout
 
 
 def test_a_backend_whose_only_choice_raises_is_reported(fixture_sites):
     proc = conformance("--tunesmith-plugin", "fixture_raising", "-k", "mm-float32", sites=(fixture_sites["raising"],))
     assert proc.returncode == 1
-    assert re.search(
-        r"fixture_raising:always_raises on mm \(17, 18\).*: RuntimeError: fixture_raising's kernel fails", proc.stdout
-    )
+    expected = r"fixture_raising:always_raises on mm \(17, 18\).*: RuntimeError: fixture_raising's kernel fails"
+    assert re.search(expected, proc.stdout)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "expected"),
+    [
+        ("fixture_unwritten", r"fixture_unwritten:mm on mm \(17, 18\).*: relative error inf > tolerance 1e-05"),
+        ("fixture_badrebuild", r"fixture_badrebuild:mm rebuilt from its JSON on .*rebuild_choice raised KeyError"),
+        ("fixture_badchoices", r"mm \(17, 18\).*: tunesmith_choices raised RuntimeError: choice table corrupt"),
+    ],
+)
+def test_subtler_backend_faults_are_caught(fixture_sites, plugin, expected):
+    proc = conformance("--tunesmith-plugin", plugin, "-k", "odd17-contiguous-none", sites=(fixture_sites["bad"],))
+    assert proc.returncode == 1
+    assert re.search(expected, proc.stdout), proc.stdout[-2000:]
 
 
 @pytest.mark.parametrize(
     ("plugin", "failing"),
     [
-        ("fixture_droplarge", {"test_large_value"}),
-        (
-            "fixture_corrupt",
-            {"test_round_trip_miss_and_overwrite", "test_arbitrary_bytes_and_a_corrupt_entry_is_a_miss"},
-        ),
+        ("fixture_droplarge", {"test_large_value", "test_concurrent_writers_in_threads[4MiB]"}),
+        ("fixture_corrupt", {"test_round_trip_miss_and_overwrite", "test_large_value"}),
     ],
 )
 def test_a_faulty_cache_layer_fails_the_matching_checks(fixture_sites, plugin, failing):
     proc = conformance("-v", "--tunesmith-plugin", plugin, sites=(fixture_sites["bad"],))
     assert proc.returncode == 1
-    failed = set(re.findall(r"test_cache_layer.py::(\w+) FAILED", proc.stdout))
+    failed = outcomes(proc, "test_cache_layer.py", "FAILED")
     assert failing <= failed, proc.stdout[-3000:]
     if plugin == "fixture_droplarge":
-        assert failed == failing  # small values are kept: only the large-value check fails
+        assert failed == failing  # small values are kept: only the large-value checks fail
         assert "a value of 4194321 bytes came back as a miss" in proc.stdout
 
 
 def test_graph_pass_checks(fixture_sites):
     good = conformance("-v", "--tunesmith-plugin", "fixture_goodpass", sites=(fixture_sites["bad"],))
-    assert good.returncode == 0 and len(re.findall(r"test_graph_pass.py::\w+ PASSED", good.stdout)) == 2
+    assert good.returncode == 0 and len(outcomes(good, "test_graph_pass.py", "PASSED")) == 3
     bad = conformance("-v", "--tunesmith-plugin", "fixture_badpass", sites=(fixture_sites["bad"],))
     assert bad.returncode == 1
     assert "pass uuids differ between processes" in bad.stdout
-    assert re.search(r"pre_grad_passes\(\) pass .*Breaker.* broke graph", bad.stdout)
+    assert re.search(r"pre_grad_passes\(\) pass .*Breaker.* broke sample graph 'mlp'", bad.stdout)
 
 
 def test_without_a_plugin_the_suite_only_skips_and_an_unknown_one_is_a_usage_error():

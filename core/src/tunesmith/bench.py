@@ -20,7 +20,7 @@ import torch
 
 from tunesmith.counters import bump
 from tunesmith.options import Options
-from tunesmith.plugins import _describe
+from tunesmith.plugins import describe_error
 from tunesmith_hookspecs import Choice, Problem, Timing
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def precompile_all(choices: Sequence[Choice], threads: int) -> list[str | None]:
             choice.precompile()
         except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
             bump("choice_failed")
-            return f"precompile: {_describe(exc)}"
+            return f"precompile: {describe_error(exc)}"
         return None
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tunesmith-compile") as pool:
@@ -71,12 +71,27 @@ def time_callable(fn: Callable[[], Any], device: torch.device, warmup: int, repe
     return statistics.median(samples)
 
 
-def check_output(problem: Problem, out: Any) -> None:
-    """Raise when a kernel's result is not a tensor of the Problem's output shape and dtype."""
-    want = (tuple(problem.output.shape), problem.output.dtype)
-    got = (tuple(out.shape), str(out.dtype).removeprefix("torch.")) if isinstance(out, torch.Tensor) else None
+def _strides(shape: Sequence[int], stride: Sequence[int]) -> tuple[int, ...]:
+    """Strides that matter: none for an empty tensor, none of a dimension of size 1."""
+    if 0 in shape:
+        return ()
+    return tuple(st if size > 1 else -1 for size, st in zip(shape, stride, strict=True))
+
+
+def check_output(problem: Problem, out: Any, strides: bool = False) -> None:
+    """Raise when a kernel's result is not a tensor of the Problem's output shape and dtype (and,
+    with ``strides``, its layout and device type)."""
+    meta = problem.output
+    want: tuple[Any, ...] = (tuple(meta.shape), meta.dtype)
+    got: tuple[Any, ...] | None = None
+    if isinstance(out, torch.Tensor):
+        got = (tuple(out.shape), str(out.dtype).removeprefix("torch."))
+        if strides:
+            want += (_strides(meta.shape, meta.stride), meta.device)
+            got += (_strides(out.shape, out.stride()), out.device.type)
     if got != want:
-        raise TypeError(f"kernel returned {got or type(out).__name__}, expected shape and dtype {want}")
+        what = "shape, dtype, strides and device" if strides else "shape and dtype"
+        raise TypeError(f"kernel returned {got or type(out).__name__}, expected {what} {want}")
 
 
 class InprocessBenchmarker:
@@ -102,7 +117,7 @@ class InprocessBenchmarker:
                     continue
                 except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
                     bump("choice_failed")
-                    error = f"run: {_describe(exc)}"
+                    error = f"run: {describe_error(exc)}"
             log.info("choice %s failed: %s", choice.spec, error)
             timings.append(Timing(choice.spec, math.inf, error))
         return timings

@@ -15,7 +15,7 @@ import pluggy
 
 from tunesmith.errors import TunesmithError
 from tunesmith.options import Options
-from tunesmith.plugins import PluginSystem, _describe, call_impl, get_system
+from tunesmith.plugins import PluginSystem, call_impl, describe_error, get_system
 from tunesmith_hookspecs import (
     Benchmarker,
     CacheLayer,
@@ -96,7 +96,7 @@ def plugin_status(name: str) -> PluginStatus:
                 try:
                     answer = call_impl(impl)
                 except Exception as exc:  # noqa: BLE001 - reported as "cannot run here"
-                    answer = PluginStatus(False, f"tunesmith_plugin_status raised {_describe(exc)}")
+                    answer = PluginStatus(False, f"tunesmith_plugin_status raised {describe_error(exc)}")
                 if answer is not None and not isinstance(answer, PluginStatus):
                     answer = PluginStatus(False, f"tunesmith_plugin_status returned {answer!r}, not a PluginStatus")
                 status = answer or status
@@ -131,15 +131,15 @@ def choices(problem: Problem, options: Options) -> tuple[list[Choice], dict[str,
         if impl is None:
             reasons[name] = "is not a backend (it implements no tunesmith_choices)"
             continue
-        offered, why = _offered(impl, problem, options)
+        offered, why = offered_by(impl, problem, options)
         if not offered:
             reasons[name] = why or "offered no choices for this problem"
         found.extend(offered)
     return found, reasons
 
 
-def _offered(impl: pluggy.HookImpl, problem: Problem, options: Options) -> tuple[list[Choice], str | None]:
-    """One backend's validated choices, or none and why (the error is logged, naming the plugin)."""
+def offered_by(impl: pluggy.HookImpl, problem: Problem, options: Options) -> tuple[list[Choice], str | None]:
+    """One backend's validated choices and None, or no choices and the error (logged, naming the plugin)."""
     try:
         return validate_choices(impl.plugin_name, call_impl(impl, problem=problem, options=options)), None
     except PluginOutputError as exc:
@@ -147,7 +147,7 @@ def _offered(impl: pluggy.HookImpl, problem: Problem, options: Options) -> tuple
         return [], str(exc)
     except Exception as exc:
         log.exception("tunesmith_choices of plugin %r raised", impl.plugin_name)
-        return [], f"tunesmith_choices raised {_describe(exc)}"
+        return [], f"tunesmith_choices raised {describe_error(exc)}"
 
 
 def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choice | None:
@@ -173,7 +173,7 @@ def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choi
         )
     for impl in _impls(system, "tunesmith_choices", options):
         if impl.plugin_name == spec.backend:
-            return next((c for c in _offered(impl, problem, options)[0] if c.spec == spec), None)
+            return next((c for c in offered_by(impl, problem, options)[0] if c.spec == spec), None)
     return None
 
 

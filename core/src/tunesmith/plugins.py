@@ -85,7 +85,7 @@ class PluginSystem:
                 try:
                     module = eps[0].load()
                 except Exception as exc:  # noqa: BLE001 - one broken plugin must not stop start-up
-                    record.error = _describe(exc)
+                    record.error = describe_error(exc)
                     log.warning("tunesmith plugin %s (%s) failed to import: %s", name, record.dist, record.error)
                 else:
                     self._register(module, record)
@@ -118,7 +118,7 @@ class PluginSystem:
         try:
             self.pm.register(plugin, name=record.name)
         except Exception as exc:
-            record.error = _describe(exc)
+            record.error = describe_error(exc)
             if raise_errors:
                 raise
             log.warning("tunesmith plugin %s rejected: %s", record.name, record.error)
@@ -134,7 +134,7 @@ class PluginSystem:
                 error = (
                     exc
                     if isinstance(exc, OptionError)
-                    else ValueError(f"tunesmith_add_options raised {_describe(exc)}")
+                    else ValueError(f"tunesmith_add_options raised {describe_error(exc)}")
                 )
         if error is not None:
             self.pm.unregister(plugin, name=record.name)
@@ -173,7 +173,7 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
     return f"{type(exc).__name__}: {exc}{where}"
@@ -209,20 +209,26 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _new_system(only: Collection[str] | None) -> PluginSystem:
+    from tunesmith import builtin
+
+    system = PluginSystem()
+    system.register(builtin, BUILTIN_NAME, source="builtin")
+    system.records[BUILTIN_NAME].dist = "tunesmith"
+    system.records[BUILTIN_NAME].version = _installed_version("tunesmith")
+    if only is not None:
+        system.load_entry_points(startup_disabled(), only=set(only))
+    elif not _env_flag("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"):
+        system.load_entry_points(startup_disabled())
+    return system
+
+
 def get_system() -> PluginSystem:
     """The plugin system, loading the built-in plugin and every entry point on first use."""
     global _system
     with _system_lock:
         if _system is None:
-            from tunesmith import builtin
-
-            system = PluginSystem()
-            system.register(builtin, BUILTIN_NAME, source="builtin")
-            system.records[BUILTIN_NAME].dist = "tunesmith"
-            system.records[BUILTIN_NAME].version = _installed_version("tunesmith")
-            if not _env_flag("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"):
-                system.load_entry_points(startup_disabled())
-            _system = system
+            _system = _new_system(None)
         return _system
 
 
@@ -231,17 +237,5 @@ def reload_plugins(only: Collection[str] | None = None) -> PluginSystem:
     with ``only``, load just the entry points of those names (the conformance suite's isolation)."""
     global _system
     with _system_lock:
-        _system = None
-    if only is None:
-        return get_system()
-    previous = os.environ.get("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    try:
-        system = get_system()
-    finally:
-        if previous is None:
-            del os.environ["TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"]
-        else:
-            os.environ["TUNESMITH_DISABLE_PLUGIN_AUTOLOAD"] = previous
-    system.load_entry_points(startup_disabled(), only=set(only))
-    return system
+        _system = _new_system(only)
+        return _system

@@ -236,7 +236,20 @@ class DeviceInfo:
 
 
 def _optional_names(values: Iterable[str] | None) -> tuple[str, ...] | None:
-    return None if values is None else tuple(values)
+    if values is None:
+        return None
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"expected a list of names, got {values!r}")
+    return tuple(values)
+
+
+def _known(allowed: tuple[str, ...]) -> Any:
+    def check(_inst: Any, attribute: attrs.Attribute, values: tuple[str, ...] | None) -> None:
+        unknown = sorted(set(values or ()) - set(allowed))
+        if unknown:
+            raise ValueError(f"{attribute.name}: unknown {', '.join(unknown)} (known: {', '.join(allowed)})")
+
+    return check
 
 
 @attrs.frozen
@@ -250,8 +263,8 @@ class PluginStatus:
 
     runnable: bool
     reason: str = ""
-    ops: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
-    dtypes: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
+    ops: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names, validator=_known(OPS))
+    dtypes: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names, validator=_known(DTYPES))
     devices: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
 
     def supports(self, op: str, dtype: str, device: str) -> str | None:

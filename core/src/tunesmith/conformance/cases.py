@@ -1,6 +1,7 @@
 """The matrix of problems a backend is checked on, as plain records a worker process can rebuild.
 
-Per op: float32, float16 and bfloat16; sizes 1, odd (17, 127), zero, and one of several tiles;
+Per op: float32, float16 and bfloat16; sizes 1, odd (17, 127), zero, and two of several tiles
+(one odd, one aligned to 128 as TMA- and CUTLASS-style kernels need);
 contiguous, transposed (channels_last for conv) and strided inputs; batches for bmm and baddbmm;
 every epilogue step alone, and one chain of them. Inputs are random normal values (never zeros),
 seeded from the case id, so every process makes the same tensors. Size "one" uses positive random
@@ -26,6 +27,7 @@ SIZES = {
     "odd127": (127, 129, 131),
     "zero": (0, 24, 16),
     "tiles": (300, 260, 270),
+    "aligned": (256, 512, 384),
 }
 EPILOGUE_STEPS = (
     "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
@@ -79,41 +81,37 @@ def _gen(case: Case) -> _Source:
     return _Source(torch.Generator().manual_seed(zlib.crc32(case.id.encode())), positive=case.size == "one")
 
 
-def _rand(gen: _Source, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return gen(shape, dtype, device)
-
-
 def _matrix(gen, rows: int, cols: int, case: Case, dtype, device) -> torch.Tensor:
     if case.layout == "transposed":
-        return _rand(gen, (cols, rows), dtype, device).t()
+        return gen((cols, rows), dtype, device).t()
     if case.layout == "strided":
-        return _rand(gen, (rows, 2 * cols + 1), dtype, device)[:, 1::2]
-    return _rand(gen, (rows, cols), dtype, device)
+        return gen((rows, 2 * cols + 1), dtype, device)[:, 1::2]
+    return gen((rows, cols), dtype, device)
 
 
 def _batched(gen, rows: int, cols: int, case: Case, dtype, device) -> torch.Tensor:
     batch = 0 if case.size == "zero" else BATCH
     if case.layout == "transposed":
-        return _rand(gen, (batch, cols, rows), dtype, device).transpose(1, 2)
+        return gen((batch, cols, rows), dtype, device).transpose(1, 2)
     if case.layout == "strided":
-        return _rand(gen, (batch, rows, 2 * cols), dtype, device)[:, :, ::2]
-    return _rand(gen, (batch, rows, cols), dtype, device)
+        return gen((batch, rows, 2 * cols), dtype, device)[:, :, ::2]
+    return gen((batch, rows, cols), dtype, device)
 
 
 def _conv(gen, case: Case, dtype, device) -> tuple[list[torch.Tensor], dict[str, Any]]:
     m, n, k = SIZES[case.size]
     batch, channels, out_channels = (0, 4, 6) if case.size == "zero" else (2, max(k // 16, 1), max(n // 8, 1))
-    side = max(m // 4, 1) if case.size == "tiles" else max(m, 1)
+    side = max(m // 4, 1) if case.size in ("tiles", "aligned") else max(m, 1)
     kernel = 1 if case.size == "one" else 3
     shape = (batch, channels * (2 if case.layout == "strided" else 1), side, side + 1)
-    x = _rand(gen, shape, dtype, device)
+    x = gen(shape, dtype, device)
     if case.layout == "strided":
         x = x[:, ::2]
     elif case.layout == "transposed":
         x = x.contiguous(memory_format=torch.channels_last)
-    w = _rand(gen, (out_channels, channels, kernel, kernel), dtype, device)
+    w = gen((out_channels, channels, kernel, kernel), dtype, device)
     scalars = {"padding": kernel // 2, "stride": 2 if case.size == "odd127" else 1}
-    return [x, w, _rand(gen, (out_channels,), dtype, device)], scalars
+    return [x, w, gen((out_channels,), dtype, device)], scalars
 
 
 def make(case: Case, device: torch.device | str) -> tuple[list[torch.Tensor], dict[str, Any], list[Any]]:
@@ -126,12 +124,12 @@ def make(case: Case, device: torch.device | str) -> tuple[list[torch.Tensor], di
         tensors, scalars = _conv(gen, case, dtype, device)
     elif case.op in ("bmm", "baddbmm"):
         a, b = _batched(gen, m, k, case, dtype, device), _batched(gen, k, n, case, dtype, device)
-        tensors = [_rand(gen, (a.shape[0], 1, n), dtype, device), a, b] if case.op == "baddbmm" else [a, b]
+        tensors = [gen((a.shape[0], 1, n), dtype, device), a, b] if case.op == "baddbmm" else [a, b]
         scalars = {"alpha": 0.5, "beta": 2.0} if case.op == "baddbmm" else {}
     else:
         a, b = _matrix(gen, m, k, case, dtype, device), _matrix(gen, k, n, case, dtype, device)
         if case.op == "addmm":
-            tensors, scalars = [_rand(gen, (n,), dtype, device), a, b], {"alpha": 2.0, "beta": 0.5}
+            tensors, scalars = [gen((n,), dtype, device), a, b], {"alpha": 2.0, "beta": 0.5}
         elif case.op == "mm_plus_mm":
             c, d = _matrix(gen, m, k + 3, case, dtype, device), _matrix(gen, k + 3, n, case, dtype, device)
             tensors, scalars = [a, b, c, d], {}
@@ -150,7 +148,7 @@ def _epilogue(case: Case, gen, dtype, device, tensors, scalars) -> list[Any]:
     steps: list[Any] = []
     for token in case.epilogue:
         if token.endswith("_tensor"):
-            steps.append((token.removesuffix("_tensor"), _rand(gen, row, dtype, device)))
+            steps.append((token.removesuffix("_tensor"), gen(row, dtype, device)))
         elif token.endswith("_scalar"):
             steps.append((token.removesuffix("_scalar"), 0.75))
         elif token.startswith("cast_"):

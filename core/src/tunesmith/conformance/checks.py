@@ -1,59 +1,74 @@
 """Check one backend on one case, in this process: every choice against the float64 reference,
-its spec's JSON round trip and rebuild, and the benchmarker's handling of its failures.
+its output layout, its spec's JSON round trip and rebuild, and the benchmarker's handling of its
+failures.
 
 The result is plain JSON data (the worker streams it to the pytest process). ``on_choice`` is
-called before a choice runs, so that a crash can be blamed on it.
+called before each step that runs plugin code, so that a crash can be blamed on it. The worker
+turns on torch's NaN fill of uninitialized memory (:func:`poison_uninitialized_memory`), so an
+output element a kernel never writes is NaN and fails the check.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
 
 from tunesmith import hooks
-from tunesmith.bench import InprocessBenchmarker
+from tunesmith.bench import InprocessBenchmarker, check_output
 from tunesmith.conformance.cases import Case, make
 from tunesmith.ops import reference, relative_error, tolerance
-from tunesmith.plugins import _describe
+from tunesmith.options import Options
+from tunesmith.plugins import call_impl, describe_error, get_system
 from tunesmith.problem import build_problem
 from tunesmith.selection import describe
-from tunesmith.settings import current_options
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SerdeError, from_json, to_json
 
+#: what ``on_choice`` is told before the benchmarker runs every choice at once
+BENCHMARKING = "(the benchmarker, timing every choice)"
+QUARANTINED = "not run: it crashed or hung a worker process on earlier cases"
 
-def poison(device: torch.device, nbytes: int) -> None:
-    """Leave NaNs where the next allocation of about ``nbytes`` will likely land, so elements a
-    kernel never writes show up as NaN (on CUDA the caching allocator hands the block back)."""
-    if nbytes and device.type == "cuda":
-        torch.full((nbytes // 4 + 1,), math.nan, dtype=torch.float32, device=device)
+
+def poison_uninitialized_memory() -> None:
+    """Make torch fill new tensors (``torch.empty`` and friends) with NaN, on every device."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
 
 
 def _run(choice: Choice, problem: Problem, inputs: list[torch.Tensor], ref: torch.Tensor) -> dict[str, Any]:
-    """Precompile and run one choice; its relative error, or the error it raised, and the layout it gave."""
-    device = inputs[0].device
-    nbytes = problem.output.numel * torch.empty((), dtype=getattr(torch, problem.output.dtype)).element_size()
+    """Precompile and run one choice: its relative error, or what went wrong."""
     try:
         choice.precompile()
         kernel = choice.kernel()
-        poison(device, nbytes)
         with torch.no_grad():
             out = kernel(*inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        if out is not None and isinstance(out, torch.Tensor) and out.device.type == "cuda":
+            torch.cuda.synchronize(out.device)
     except Exception as exc:  # noqa: BLE001 - reported as this choice's failure
-        return {"error": _describe(exc)}
-    want = (tuple(problem.output.shape), tuple(problem.output.stride), problem.output.dtype, device.type)
-    got = (
-        (tuple(out.shape), tuple(out.stride()), str(out.dtype).removeprefix("torch."), out.device.type)
-        if isinstance(out, torch.Tensor)
-        else type(out).__name__
-    )
-    if got != want:
-        return {"error": f"returned {got}, expected (shape, stride, dtype, device) {want}"}
+        return {"error": describe_error(exc), "raised": True}
+    try:
+        check_output(problem, out, strides=True)
+    except TypeError as exc:
+        return {"error": str(exc)}
     return {"rel_error": relative_error(out, ref)}
+
+
+def _rebuild(backend: str, spec: ChoiceSpec, problem: Problem, options: Options) -> Choice | str:
+    """The plugin's own ``tunesmith_rebuild_choice`` when it has one (its errors are the plugin's),
+    else enumerate-and-match; a choice, or what went wrong."""
+    caller = get_system().pm.hook.tunesmith_rebuild_choice
+    impls = [impl for impl in caller.get_hookimpls() if impl.plugin_name == backend]
+    if not impls:
+        choice = hooks.rebuild_choice(spec, problem, options)
+        return choice if choice is not None else "tunesmith_choices did not offer this spec again"
+    try:
+        choice = call_impl(impls[0], spec=spec, problem=problem)
+    except Exception as exc:  # noqa: BLE001 - reported as this choice's failure
+        return f"tunesmith_rebuild_choice raised {describe_error(exc)}"
+    if getattr(choice, "spec", None) != spec:
+        return f"tunesmith_rebuild_choice returned {choice!r}, not a choice with this spec"
+    return choice
 
 
 def check_case(
@@ -64,7 +79,7 @@ def check_case(
     quarantine: Collection[str] = (),
 ) -> dict[str, Any]:
     """Everything the suite asserts about ``backend`` on ``case``, as JSON-able data. Choices named
-    in ``quarantine`` (they crashed earlier workers) are reported as failed without running."""
+    in ``quarantine`` (they crashed or hung earlier workers) are reported as failed, not run."""
     tensors, scalars, epilogue = make(case, device)
     problem, inputs = build_problem(case.op, tensors, scalars, epilogue)
     result: dict[str, Any] = {"id": case.id, "problem": describe(problem), "problem_key": problem.key()}
@@ -72,50 +87,56 @@ def check_case(
     why = status.supports(case.op, case.dtype, device.type) if status.runnable else status.reason
     if why:
         return {**result, "skip": why}
-    options = current_options({"backends": [backend], "bench_warmup": 0, "bench_repeat": 1, "caches": []})
-    choices, reasons = hooks.choices(problem, options)
-    if backend in reasons and not choices:
-        reason = reasons[backend]
-        return {**result, "no_choices": reason} if reason.startswith("offered no") else {**result, "error": reason}
-    ref = reference(problem, inputs)
-    tol = tolerance(problem)
-    rows = []
-    crashed = [c for c in choices if str(c.spec) in quarantine]
-    choices = [c for c in choices if str(c.spec) not in quarantine]
-    for choice in crashed:
-        error = "not run: it crashed the worker process on earlier cases"
-        rows.append({"spec": str(choice.spec), "error": error, "roundtrip": True, "timed": "inf", "tolerance": tol})
+    options = hooks_options(backend)
+    impl = next(i for i in get_system().pm.hook.tunesmith_choices.get_hookimpls() if i.plugin_name == backend)
+    choices, error = hooks.offered_by(impl, problem, options)
+    if error:
+        return {**result, "error": error}
+    if not choices:
+        return {**result, "no_choices": "offered no choices for this problem"}
+    ref, tol = reference(problem, inputs), tolerance(problem)
+    rows, runnable = [], []
     for choice in choices:
         spec = choice.spec
+        row: dict[str, Any] = {"spec": str(spec), "spec_key": spec.key(), "tolerance": tol, "roundtrip": True}
+        if str(spec) in quarantine:
+            rows.append({**row, "error": QUARANTINED, "raised": True, "timed": "inf"})
+            continue
+        runnable.append(choice)
         on_choice(str(spec))
-        row: dict[str, Any] = {"spec": str(spec), "spec_key": spec.key(), "tolerance": tol}
         row |= _run(choice, problem, inputs, ref)
         try:
-            row["roundtrip"] = from_json(to_json(spec), ChoiceSpec) == spec
+            again = from_json(to_json(spec), ChoiceSpec)
+            row["roundtrip"] = again == spec
         except SerdeError as exc:
-            row["roundtrip"] = False
-            row["roundtrip_error"] = str(exc)
-        rebuilt = (
-            hooks.rebuild_choice(from_json(to_json(spec), ChoiceSpec), problem, options) if row["roundtrip"] else None
-        )
-        if rebuilt is None:
-            row["rebuild_error"] = "neither tunesmith_rebuild_choice nor tunesmith_choices gave a choice with this spec"
-        else:
-            again = _run(rebuilt, problem, inputs, ref)
-            if "error" in again or again["rel_error"] > tol:
-                row["rebuild_error"] = again.get("error") or f"relative error {again['rel_error']:.3g} > {tol:g}"
+            again, row["roundtrip"], row["roundtrip_error"] = None, False, str(exc)
+        if row["roundtrip"]:
+            rebuilt = _rebuild(backend, again, problem, options)
+            outcome = {"error": rebuilt} if isinstance(rebuilt, str) else _run(rebuilt, problem, inputs, ref)
+            if "error" in outcome or outcome["rel_error"] > tol:
+                row["rebuild_error"] = outcome.get("error") or f"relative error {outcome['rel_error']:.4g} > {tol:g}"
         rows.append(row)
-    timings = InprocessBenchmarker(options).benchmark(problem, choices, inputs)
-    for row, timing in zip(rows[len(crashed) :], timings, strict=True):
-        row["timed"] = "inf" if not timing.ok else "finite"
+    on_choice(BENCHMARKING)
+    timed = {str(t.spec): t.ok for t in InprocessBenchmarker(options).benchmark(problem, runnable, inputs)}
+    for row in rows:
+        if row["spec"] in timed:
+            row["timed"] = "finite" if timed[row["spec"]] else "inf"
     return {**result, "choices": rows}
 
 
+def hooks_options(backend: str) -> Options:
+    """Settings for checking ``backend``: only it, one quick timing, no persistent cache."""
+    from tunesmith.settings import current_options
+
+    return current_options({"backends": [backend], "bench_warmup": 0, "bench_repeat": 1, "caches": []})
+
+
 def failures(result: dict[str, Any]) -> list[str]:
-    """What is wrong in one case's result, one line per problem, naming the choice and the numbers."""
-    where = result.get("problem", result["id"])
+    """What is wrong in one case's result, one line each, naming the case, the choice and the numbers."""
+    case = result["id"]
     if "crashed" in result:
-        return [f"{result['id']}: {result['crashed']}"]
+        return [f"[{case}] {result['crashed']}"]
+    where = f"{result['problem']} [{case}]"
     if "error" in result:
         return [f"{where}: {result['error']}"]
     lines = []
@@ -123,12 +144,13 @@ def failures(result: dict[str, Any]) -> list[str]:
         spec = row["spec"]
         if "error" in row:
             lines.append(f"{spec} on {where}: {row['error']}")
-            if row.get("timed") != "inf":
-                lines.append(f"{spec} on {where}: failed, yet the benchmarker gave it a finite time")
+            if row.get("raised") and row.get("timed") == "finite":
+                lines.append(f"{spec} on {where}: raised, yet the benchmarker gave it a finite time")
         elif not row["rel_error"] <= row["tolerance"]:
+            err, tol = row["rel_error"], row["tolerance"]
             lines.append(
-                f"{spec} on {where}: relative error {row['rel_error']:.3g} > tolerance {row['tolerance']:g}"
-                " (against the float64 reference; NaN or inf means unwritten or non-finite elements)"
+                f"{spec} on {where}: relative error {err:.4g} > tolerance {tol:g} ({err / tol:.3g}x; against "
+                "the float64 reference; inf means NaN or unwritten elements)"
             )
         if not row["roundtrip"]:
             lines.append(f"{spec}: does not round-trip through JSON ({row.get('roundtrip_error', 'unequal')})")

@@ -29,7 +29,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="settings that point a cache plugin at a server that is down (e.g. redis_url=redis://127.0.0.1:9)",
     )
     group.addoption(
-        "--tunesmith-case-timeout", type=float, default=120.0, metavar="S", help="seconds one backend case may take"
+        "--tunesmith-case-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds a backend worker may go without progress before it is killed",
     )
 
 
@@ -65,6 +69,8 @@ def tunesmith_target(request: pytest.FixtureRequest) -> Any:
     target = get_target(request.config)
     if target is None:
         pytest.skip("no --tunesmith-plugin NAME given: the conformance suite checks one installed plugin")
+    if target.record.disabled:
+        pytest.fail(f"plugin {target.name!r} is in the disabled_plugins setting: enable it to check it", pytrace=False)
     if not target.record.loaded:
         pytest.fail(f"plugin {target.name!r} did not load: {target.record.error}", pytrace=False)
     return target

@@ -14,6 +14,7 @@ from tunesmith.plugins import (
     PluginRecord,
     PluginSystem,
     call_impl,
+    describe_error,
     get_system,
     reload_plugins,
 )
@@ -78,19 +79,32 @@ class Target:
         return [impl for impl in caller.get_hookimpls() if impl.plugin is self.record.plugin]
 
     def cache_layers(self, overrides: dict[str, Any] | None = None) -> list[CacheLayer]:
-        """The layers this plugin offers under the current settings (with ``overrides`` on top)."""
+        """The layers this plugin offers under the current settings (with ``overrides`` on top).
+        Raises :class:`PluginFault` when its hook raises or returns something else."""
         options = current_options(overrides)
         layers: list[CacheLayer] = []
         for impl in self._impls("tunesmith_cache_backends"):
-            layers += hooks.validate_layers(self.name, call_impl(impl, options=options))
+            try:
+                layers += hooks.validate_layers(self.name, call_impl(impl, options=options))
+            except Exception as exc:
+                raise PluginFault(f"tunesmith_cache_backends raised {describe_error(exc)}") from exc
         return layers
 
     def passes(self) -> list[tuple[str, Any]]:
-        """(where, pass) for every graph pass this plugin returns, at every stage."""
+        """(where, pass) for every graph pass this plugin returns, at every stage.
+        Raises :class:`PluginFault` when a pass hook raises."""
         found = []
         for hook, stages in PASS_HOOKS.items():
             for impl in self._impls(hook):
                 for stage in stages:
-                    result = call_impl(impl, stage=stage) if stage else call_impl(impl)
-                    found += [(f"{hook}({stage or ''})", p) for p in result or []]
+                    where = f"{hook}({stage or ''})"
+                    try:
+                        result = call_impl(impl, stage=stage) if stage else call_impl(impl)
+                    except Exception as exc:
+                        raise PluginFault(f"{where} raised {describe_error(exc)}") from exc
+                    found += [(where, p) for p in result or []]
         return found
+
+
+class PluginFault(Exception):
+    """A hook of the plugin under test raised or returned the wrong kind of thing."""

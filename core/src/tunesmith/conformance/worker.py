@@ -17,11 +17,12 @@ import torch
 def main(argv: list[str]) -> int:
     backend, device, folder = argv[0], torch.device(argv[1]), Path(argv[2])
     from tunesmith.conformance.cases import Case
-    from tunesmith.conformance.checks import check_case
+    from tunesmith.conformance.checks import check_case, poison_uninitialized_memory
     from tunesmith.conformance.target import load_only
-    from tunesmith.plugins import _describe
+    from tunesmith.plugins import describe_error
 
     load_only(backend)
+    poison_uninitialized_memory()
     cases = [Case(**raw) for raw in json.loads((folder / "cases.json").read_text())]
     quarantine = set(json.loads((folder / "quarantine.json").read_text()))
     with (folder / "out.jsonl").open("a") as out:
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
             try:
                 result = check_case(backend, case, device, lambda spec: emit({"choice": spec}), quarantine)
             except Exception as exc:  # noqa: BLE001 - reported as this case's failure
-                result = {"id": case.id, "error": f"the check itself failed: {_describe(exc)}"}
+                result = {"id": case.id, "error": f"the check itself failed: {describe_error(exc)}"}
             emit({"result": result})
     return 0
 
