@@ -157,3 +157,25 @@ def test_every_hook_is_prefixed_and_documented():
     for name in names:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert "Example::" in doc and len(doc) > 200, name
+
+
+def test_plugin_status_declarations_are_checked():
+    from tunesmith_hookspecs import PluginStatus
+
+    status = PluginStatus(True, ops=["mm", "addmm"], dtypes=["float16"], devices=["cuda"])
+    assert status.supports("mm", "float16", "cuda") is None
+    assert "dtype float32" in status.supports("mm", "float32", "cuda")
+    assert "device cpu" in status.supports("addmm", "float16", "cpu")
+    assert PluginStatus(True).supports("conv", "bfloat16", "cpu") is None
+    with pytest.raises(TypeError, match="list of names"):
+        PluginStatus(True, ops="mm")
+    with pytest.raises(ValueError, match="unknown matmul"):
+        PluginStatus(True, ops=["matmul"])
+
+
+def test_choice_spec_key_is_a_stable_digest():
+    spec = ChoiceSpec("triton", "mm", {"BLOCK": 64})
+    assert spec.key() == ChoiceSpec("triton", "mm", [("BLOCK", 64)]).key() != ChoiceSpec("triton", "mm").key()
+    code = "from tunesmith_hookspecs import ChoiceSpec; print(ChoiceSpec('triton', 'mm', {'BLOCK': 64}).key())"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == spec.key()
