@@ -10,6 +10,7 @@ output element a kernel never writes is NaN and fails the check.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -148,9 +149,9 @@ def failures(result: dict[str, Any]) -> list[str]:
                 lines.append(f"{spec} on {where}: raised, yet the benchmarker gave it a finite time")
         elif not row["rel_error"] <= row["tolerance"]:
             err, tol = row["rel_error"], row["tolerance"]
+            how = f"{err / tol:.3g}x the tolerance" if math.isfinite(err) else "NaN, inf or unwritten elements"
             lines.append(
-                f"{spec} on {where}: relative error {err:.4g} > tolerance {tol:g} ({err / tol:.3g}x; against "
-                "the float64 reference; inf means NaN or unwritten elements)"
+                f"{spec} on {where}: relative error {err:.4g} > tolerance {tol:g} ({how}; vs the float64 reference)"
             )
         if not row["roundtrip"]:
             lines.append(f"{spec}: does not round-trip through JSON ({row.get('roundtrip_error', 'unequal')})")
