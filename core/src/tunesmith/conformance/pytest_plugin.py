@@ -81,3 +81,18 @@ def require_kind(target: Any, kind: str) -> None:
         pytest.skip(
             f"plugin {target.name!r} is not a {kind} (it implements {', '.join(sorted(target.hooks)) or 'no hooks'})"
         )
+
+
+def items_of(target: Any, kind: str, fetch: Any, none_reason: str) -> list[Any]:
+    """What ``fetch()`` gets from a plugin of ``kind``: a failure naming the plugin when its hook
+    raises, a skip with ``none_reason`` when it gives nothing."""
+    from tunesmith.conformance.target import PluginFault
+
+    require_kind(target, kind)
+    try:
+        found = fetch()
+    except PluginFault as exc:
+        pytest.fail(f"plugin {target.name!r}: {exc}", pytrace=False)
+    if not found:
+        pytest.skip(f"plugin {target.name!r} {none_reason}")
+    return found

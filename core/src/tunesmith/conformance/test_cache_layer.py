@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tunesmith.conformance.pytest_plugin import require_kind
+from tunesmith.conformance.pytest_plugin import items_of
 
 LARGE = 4 * 1024 * 1024 + 17
 UNREACHABLE_BOUND_S = 5.0
@@ -37,16 +37,8 @@ def fresh_key(label: str) -> str:
 
 @pytest.fixture(scope="session")
 def layers(tunesmith_target: Any) -> list[Any]:
-    from tunesmith.conformance.target import PluginFault
-
-    require_kind(tunesmith_target, "cache layer")
-    try:
-        found = tunesmith_target.cache_layers()
-    except PluginFault as exc:
-        pytest.fail(f"plugin {tunesmith_target.name!r}: {exc}", pytrace=False)
-    if not found:
-        pytest.skip(f"plugin {tunesmith_target.name!r} offers no cache layer under the current settings: configure it")
-    return found
+    reason = "offers no cache layer under the current settings: configure it"
+    return items_of(tunesmith_target, "cache layer", tunesmith_target.cache_layers, reason)
 
 
 def test_round_trip_miss_and_overwrite(layers: list[Any]) -> None:

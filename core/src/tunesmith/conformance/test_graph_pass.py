@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tunesmith.conformance.pytest_plugin import require_kind
+from tunesmith.conformance.pytest_plugin import items_of
 
 
 def _samples(aten: bool) -> dict[str, Any]:
@@ -37,16 +37,7 @@ def _samples(aten: bool) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def passes(tunesmith_target: Any) -> list[tuple[str, Any]]:
-    from tunesmith.conformance.target import PluginFault
-
-    require_kind(tunesmith_target, "graph pass")
-    try:
-        found = tunesmith_target.passes()
-    except PluginFault as exc:
-        pytest.fail(f"plugin {tunesmith_target.name!r}: {exc}", pytrace=False)
-    if not found:
-        pytest.skip(f"plugin {tunesmith_target.name!r} returns no passes")
-    return found
+    return items_of(tunesmith_target, "graph pass", tunesmith_target.passes, "returns no passes")
 
 
 UUIDS = """
