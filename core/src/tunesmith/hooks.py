@@ -91,15 +91,14 @@ def plugin_status(name: str) -> PluginStatus:
     elif not record.loaded:
         status = PluginStatus(False, f"failed to load: {record.error}")
     else:
-        for impl in system.pm.hook.tunesmith_plugin_status.get_hookimpls():
-            if impl.plugin is record.plugin:
-                try:
-                    answer = call_impl(impl)
-                except Exception as exc:  # noqa: BLE001 - reported as "cannot run here"
-                    answer = PluginStatus(False, f"tunesmith_plugin_status raised {describe_error(exc)}")
-                if answer is not None and not isinstance(answer, PluginStatus):
-                    answer = PluginStatus(False, f"tunesmith_plugin_status returned {answer!r}, not a PluginStatus")
-                status = answer or status
+        for impl in system.impls_of(name, "tunesmith_plugin_status"):
+            try:
+                answer = call_impl(impl)
+            except Exception as exc:  # noqa: BLE001 - reported as "cannot run here"
+                answer = PluginStatus(False, f"tunesmith_plugin_status raised {describe_error(exc)}")
+            if answer is not None and not isinstance(answer, PluginStatus):
+                answer = PluginStatus(False, f"tunesmith_plugin_status returned {answer!r}, not a PluginStatus")
+            status = answer or status
     _status_cache[name] = status
     return status
 

@@ -145,11 +145,14 @@ class PluginSystem:
             return
         record.plugin = plugin
 
+    def impls_of(self, name: str, hook: str) -> list[pluggy.HookImpl]:
+        """The implementations of ``hook`` by the plugin registered as ``name``."""
+        return [impl for impl in getattr(self.pm.hook, hook).get_hookimpls() if impl.plugin_name == name]
+
     def _add_options(self, plugin: Any, name: str) -> None:
         defs = dict(self.option_defs)
-        for impl in self.pm.hook.tunesmith_add_options.get_hookimpls():
-            if impl.plugin is plugin:
-                call_impl(impl, options=OptionRegistry(defs, name))
+        for impl in self.impls_of(name, "tunesmith_add_options"):
+            call_impl(impl, options=OptionRegistry(defs, name))
         self.option_defs = defs
 
 

@@ -155,12 +155,17 @@ def _tune(
 
 
 def _verify(
-    problem: Problem, spec: ChoiceSpec, kernel: Callable[..., Any], inputs: Sequence[torch.Tensor]
+    problem: Problem,
+    spec: ChoiceSpec,
+    kernel: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    ref: torch.Tensor | None = None,
 ) -> str | None:
-    """None when ``kernel`` matches the float64 reference, else why not (counted and warned about)."""
+    """None when ``kernel`` matches the float64 reference (``ref``, computed when not given), else
+    why not (counted and warned about)."""
     try:
         with torch.no_grad():
-            err = relative_error(kernel(*inputs), reference(problem, inputs))
+            err = relative_error(kernel(*inputs), reference(problem, inputs) if ref is None else ref)
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is as wrong as one that miscomputes
         bump("verify_rejected")
         why = f"verify: the kernel raised {type(exc).__name__}: {exc}"
@@ -183,8 +188,9 @@ def _verified(
     inputs: Sequence[torch.Tensor],
 ) -> list[int]:
     """Drop, fastest first, each winner whose output is wrong, until one is right."""
+    ref = reference(problem, inputs)
     for pos, i in enumerate(ranked):
-        why = _verify(problem, choices[i].spec, choices[i].kernel(), inputs)
+        why = _verify(problem, choices[i].spec, choices[i].kernel(), inputs, ref)
         if why is None:
             return ranked[pos:]
         timings[i] = Timing(choices[i].spec, math.inf, why)

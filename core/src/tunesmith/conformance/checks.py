@@ -58,8 +58,7 @@ def _run(choice: Choice, problem: Problem, inputs: list[torch.Tensor], ref: torc
 def _rebuild(backend: str, spec: ChoiceSpec, problem: Problem, options: Options) -> Choice | str:
     """The plugin's own ``tunesmith_rebuild_choice`` when it has one (its errors are the plugin's),
     else enumerate-and-match; a choice, or what went wrong."""
-    caller = get_system().pm.hook.tunesmith_rebuild_choice
-    impls = [impl for impl in caller.get_hookimpls() if impl.plugin_name == backend]
+    impls = get_system().impls_of(backend, "tunesmith_rebuild_choice")
     if not impls:
         choice = hooks.rebuild_choice(spec, problem, options)
         return choice if choice is not None else "tunesmith_choices did not offer this spec again"
@@ -89,7 +88,7 @@ def check_case(
     if why:
         return {**result, "skip": why}
     options = hooks_options(backend)
-    impl = next(i for i in get_system().pm.hook.tunesmith_choices.get_hookimpls() if i.plugin_name == backend)
+    (impl,) = get_system().impls_of(backend, "tunesmith_choices")
     choices, error = hooks.offered_by(impl, problem, options)
     if error:
         return {**result, "error": error}

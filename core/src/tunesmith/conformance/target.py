@@ -75,8 +75,7 @@ class Target:
         return f"plugin {self.name!r} ({dist}), kinds: {', '.join(self.kinds) or 'none'}, {state}, device {self.device}"
 
     def _impls(self, hook: str) -> list[Any]:
-        caller = getattr(get_system().pm.hook, hook)
-        return [impl for impl in caller.get_hookimpls() if impl.plugin is self.record.plugin]
+        return get_system().impls_of(self.name, hook)
 
     def cache_layers(self, overrides: dict[str, Any] | None = None) -> list[CacheLayer]:
         """The layers this plugin offers under the current settings (with ``overrides`` on top).
