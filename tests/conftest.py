@@ -51,7 +51,7 @@ def run_env(**extra: str) -> dict[str, str]:
 def fixture_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each fixture plugin installed with pip into a folder of its own (built once per session)."""
     sites = {}
-    for name in ("ext", "broken", "raising", "bad"):
+    for name in ("ext", "broken", "raising", "bad", "bench"):
         target = tmp_path_factory.mktemp(f"site-{name}")
         subprocess.run(
             [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tunesmith.bench import InprocessBenchmarker
+from tunesmith.bench import DefaultBenchmarker
 from tunesmith.cache.local import LocalDiskCache
 from tunesmith.options import Options
 from tunesmith_hookspecs import Benchmarker, CacheLayer, hookimpl
@@ -21,4 +21,4 @@ def tunesmith_cache_backends(options: Options) -> Sequence[CacheLayer]:
 
 @hookimpl(trylast=True)
 def tunesmith_benchmarker(options: Options) -> Benchmarker:
-    return InprocessBenchmarker(options)
+    return DefaultBenchmarker(options)

@@ -8,7 +8,7 @@ current ``disabled_plugins`` are never called.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -151,10 +151,32 @@ def offered_by(impl: pluggy.HookImpl, problem: Problem, options: Options) -> tup
 
 def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choice | None:
     """A runnable choice for a cached spec: the rebuild hook, else enumerate-and-match."""
+    return rebuild_choices([spec], problem, options)[0]
+
+
+def rebuild_choices(specs: Sequence[ChoiceSpec], problem: Problem, options: Options) -> list[Choice | None]:
+    """Runnable choices for ``specs`` (None where no plugin rebuilds one): each through the rebuild
+    hook, the rest by enumerating each backend's choices once and matching."""
     system = get_system()
-    if spec.backend in options.disabled_plugins or not plugin_status(spec.backend).runnable:
-        return None
-    for impl in _impls(system, "tunesmith_rebuild_choice", options):
+    found: list[Choice | None] = [None] * len(specs)
+    backends = {s.backend for s in specs}
+    usable = {b for b in backends if b not in options.disabled_plugins and plugin_status(b).runnable}
+    rebuilders = list(_impls(system, "tunesmith_rebuild_choice", options))
+    for i, spec in enumerate(specs):
+        if spec.backend in usable:
+            found[i] = _rebuilt(rebuilders, spec, problem)
+    left = {specs[i].backend for i, c in enumerate(found) if c is None and specs[i].backend in usable}
+    for impl in _impls(system, "tunesmith_choices", options):
+        if impl.plugin_name in left:
+            offered = {c.spec: c for c in offered_by(impl, problem, options)[0]}
+            for i, spec in enumerate(specs):
+                if found[i] is None and spec.backend == impl.plugin_name:
+                    found[i] = offered.get(spec)
+    return found
+
+
+def _rebuilt(rebuilders: Sequence[pluggy.HookImpl], spec: ChoiceSpec, problem: Problem) -> Choice | None:
+    for impl in rebuilders:
         try:
             choice = call_impl(impl, spec=spec, problem=problem)
         except Exception:
@@ -170,9 +192,6 @@ def rebuild_choice(spec: ChoiceSpec, problem: Problem, options: Options) -> Choi
             spec,
             choice,
         )
-    for impl in _impls(system, "tunesmith_choices", options):
-        if impl.plugin_name == spec.backend:
-            return next((c for c in offered_by(impl, problem, options)[0] if c.spec == spec), None)
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import tomllib
 import warnings
@@ -90,6 +91,17 @@ def parse_seconds(value: Any, optional: bool = True) -> float | None:
     return number
 
 
+def parse_fraction(value: Any) -> float:
+    """A number in [0, 1)."""
+    try:
+        number = float(value) if not isinstance(value, bool) else -1.0
+    except (TypeError, ValueError):
+        number = -1.0
+    if not 0 <= number < 1:
+        raise ValueError("a number from 0 up to (not including) 1")
+    return number
+
+
 def parse_optional_str(value: Any) -> str | None:
     if _none_word(value):
         return None
@@ -119,7 +131,10 @@ class Options:
         None, parse_names, "ordered backend plugins by entry-point name; none = aten, then every other installed"
     )
     benchmark: str = _field(
-        "inprocess", parse_one_of("inprocess"), "how choices are timed (the subprocess pool is not built yet)"
+        "auto",
+        parse_one_of("auto", "subprocess", "inprocess"),
+        "how choices are timed: subprocess (crash-isolated worker per GPU), inprocess, or auto "
+        "(subprocess on a GPU, inprocess on the CPU)",
     )
     devices: tuple[str, ...] | None = _field(None, parse_names, "devices to benchmark on; none = all visible")
     compile_threads: int = _field(min(8, os.cpu_count() or 1), parse_int(1), "parallel precompile() calls")
@@ -139,6 +154,14 @@ class Options:
     disabled_plugins: tuple[str, ...] = _field((), lambda v: parse_names(v) or (), "plugins not to load or call")
     bench_warmup: int = _field(2, parse_int(0), "untimed runs of each choice before timing")
     bench_repeat: int = _field(10, parse_int(1), "timed runs of each choice; the median is kept")
+    bench_timeout_s: float = _field(
+        180.0,
+        lambda v: parse_seconds(v, optional=False),
+        "seconds one choice may spend precompiling, or being timed, before its worker is killed (subprocess)",
+    )
+    tie_tolerance: float = _field(
+        0.01, parse_fraction, "times this close to the best (relative, widened by the measured noise) are ties"
+    )
     cache_backoff_s: float = _field(
         30.0, lambda v: parse_seconds(v, optional=False), "seconds a failing cache layer is skipped"
     )
@@ -300,6 +323,31 @@ def resolve(defs: Mapping[str, OptionDef], call: Mapping[str, Any] | None = None
         values.update(check_overrides(defs, call, "per-call options"))
     core = {f.name: values.pop(f.name) for f in CORE_FIELDS}
     return Options(**core, extra=values)
+
+
+def to_payload(options: Options) -> dict[str, Any]:
+    """The settings as JSON data, for a worker process (plugin settings that are not JSON left out)."""
+    payload: dict[str, Any] = {f.name: getattr(options, f.name) for f in CORE_FIELDS}
+    for name, value in options.extra.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        payload[name] = value
+    return payload
+
+
+def from_payload(base: Options, payload: Mapping[str, Any]) -> Options:
+    """``base`` with the values of :func:`to_payload` put back (lists become tuples where the core
+    expects them)."""
+    core = {f.name: getattr(base, f.name) for f in CORE_FIELDS}
+    extra = dict(base.extra)
+    for name, value in payload.items():
+        if name in core:
+            core[name] = tuple(value) if isinstance(value, list) else value
+        else:
+            extra[name] = value
+    return Options(**core, extra=extra)
 
 
 @contextlib.contextmanager

@@ -48,6 +48,18 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
     return TensorMeta(tuple(t.shape), tuple(t.stride()), dtype_name(t.dtype), t.device.type, t.storage_offset())
 
 
+def tensor_like(meta: TensorMeta, device: torch.device) -> torch.Tensor:
+    """A tensor of ``meta``'s layout on ``device`` holding random values (never zeros)."""
+    dtype = torch_dtype(meta.dtype)
+    size = meta.storage_offset + 1 + sum((n - 1) * st for n, st in zip(meta.shape, meta.stride, strict=True))
+    size = size if 0 not in meta.shape else meta.storage_offset
+    if dtype.is_floating_point or dtype.is_complex:
+        storage = torch.randn(size, device=device).to(dtype)
+    else:
+        storage = torch.randint(1, 8, (size,), device=device).to(dtype)
+    return storage.as_strided(meta.shape, meta.stride, meta.storage_offset)
+
+
 def _pair(name: str, value: Any, minimum: int) -> tuple[int, int]:
     pair = (value, value) if isinstance(value, int) else tuple(value) if isinstance(value, list | tuple) else None
     if pair is None or len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):

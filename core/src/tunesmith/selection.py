@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from tunesmith import hooks
-from tunesmith.bench import BUDGET_EXHAUSTED
+from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
 from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
 from tunesmith.counters import bump
@@ -138,20 +138,41 @@ def _tune(
     if len(timings) != len(choices):
         raise RuntimeError(f"the benchmarker returned {len(timings)} timings for {len(choices)} choices")
     timings = list(timings)
-    ranked = sorted((i for i, t in enumerate(timings) if t.ok), key=lambda i: (timings[i].ms, i))
-    if options.verify:
-        ranked = _verified(problem, choices, timings, ranked, inputs)
-    if not ranked:
-        raise NoValidChoicesError(describe(problem), {**reasons, **_failures(choices, timings)})
-    best = choices[ranked[0]]
-    entry = SelectionEntry(
-        best.spec,
-        tuple(timings),
-        device_name(device),
-        time.monotonic() - start,
-        any(t.error == BUDGET_EXHAUSTED for t in timings),
-    )
-    return entry, best.kernel()
+    ref = reference(problem, inputs) if options.verify else None
+    for i in ranked(timings, options.tie_tolerance):
+        try:
+            kernel = runnable(choices[i])  # a choice timed in a worker is compiled here only now
+        except Exception as exc:  # noqa: BLE001 - the next best is taken
+            timings[i] = Timing(choices[i].spec, math.inf, f"cannot run in this process: {exc}")
+            continue
+        if ref is not None and (why := _verify(problem, choices[i].spec, kernel, inputs, ref)) is not None:
+            timings[i] = Timing(choices[i].spec, math.inf, why)
+            continue
+        entry = SelectionEntry(
+            choices[i].spec,
+            tuple(timings),
+            device_name(device),
+            time.monotonic() - start,
+            any(t.error == BUDGET_EXHAUSTED for t in timings),
+        )
+        return entry, kernel
+    raise NoValidChoicesError(describe(problem), {**reasons, **_failures(choices, timings)})
+
+
+def ranked(timings: Sequence[Timing], tie_tolerance: float) -> list[int]:
+    """The timed choices, best first. Times within the noise of the best are ties, won by the
+    earlier choice (the earlier backend in ``backends``), so that every process picks the same."""
+    left = [i for i, t in enumerate(timings) if t.ok]
+    order = []
+    while left:
+        best = min(left, key=lambda i: timings[i].ms)
+        fastest = timings[best]
+        winner = next(
+            i for i in left if timings[i].ms <= fastest.ms * (1 + max(tie_tolerance, fastest.noise, timings[i].noise))
+        )
+        order.append(winner)
+        left.remove(winner)
+    return order
 
 
 def _verify(
@@ -178,23 +199,6 @@ def _verify(
     why = f"verify: relative error {err:.3g} > {tol:g}"
     warnings.warn(f"{why}: {spec} is wrong for {describe(problem)}; not using it", TunesmithWarning, stacklevel=4)
     return why
-
-
-def _verified(
-    problem: Problem,
-    choices: Sequence[Choice],
-    timings: list[Timing],
-    ranked: list[int],
-    inputs: Sequence[torch.Tensor],
-) -> list[int]:
-    """Drop, fastest first, each winner whose output is wrong, until one is right."""
-    ref = reference(problem, inputs)
-    for pos, i in enumerate(ranked):
-        why = _verify(problem, choices[i].spec, choices[i].kernel(), inputs, ref)
-        if why is None:
-            return ranked[pos:]
-        timings[i] = Timing(choices[i].spec, math.inf, why)
-    return []
 
 
 def _failures(choices: Sequence[Choice], timings: Sequence[Timing]) -> dict[str, str]:

@@ -190,11 +190,16 @@ class ChoiceSpec:
 
 @attrs.frozen
 class Timing:
-    """The measured time of one choice in milliseconds: ``math.inf`` with ``error`` when it failed."""
+    """The measured time of one choice in milliseconds: ``math.inf`` with ``error`` when it failed.
+
+    ``noise`` is the relative spread of the samples (interquartile range over the median, 0 when
+    unknown): selection treats times that close to the best as ties, won by the earlier backend.
+    """
 
     spec: ChoiceSpec
     ms: float
     error: str | None = None
+    noise: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -289,7 +294,9 @@ class Choice(Protocol):
     spec: ChoiceSpec
 
     def precompile(self) -> None:
-        """Do the slow work (compile, load); may run in a worker thread. Raise on failure."""
+        """Do the slow work (compile, load); may run in a worker thread or a worker process.
+        Raise on failure. It may be called again (before the winner runs here, say): make a
+        repeated call cheap."""
 
     def kernel(self) -> Callable[..., Any]:
         """A callable taking the Problem's input tensors in order and returning its output."""

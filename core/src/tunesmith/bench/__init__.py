@@ -1,0 +1,58 @@
+"""Benchmarking: the core's default implementation of the ``tunesmith_benchmarker`` hook.
+
+``benchmark="subprocess"`` times choices in a crash-isolated worker process per device
+(:mod:`tunesmith.bench.isolated`); ``"inprocess"`` times them here
+(:mod:`tunesmith.bench.inprocess`); ``"auto"`` (the default) is subprocess on a GPU and inprocess on
+the CPU, where a worker's start-up would cost more than the tuning. Choices of plugins registered at
+run time exist only in this process and are always timed here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from tunesmith.bench import pool
+from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, InprocessBenchmarker, time_inprocess
+from tunesmith.bench.isolated import time_isolated
+from tunesmith.bench.timing import check_output
+from tunesmith.options import Options
+from tunesmith_hookspecs import Choice, Problem, Timing
+
+__all__ = ["BUDGET_EXHAUSTED", "DefaultBenchmarker", "InprocessBenchmarker", "check_output", "mode"]
+
+
+def mode(options: Options, device: torch.device) -> str:
+    """``subprocess`` or ``inprocess``: the ``benchmark`` setting, with ``auto`` decided by device."""
+    if options.benchmark == "auto":
+        return "subprocess" if device.type == "cuda" else "inprocess"
+    return options.benchmark
+
+
+class DefaultBenchmarker:
+    """Times each choice in the worker of the inputs' device, or here (see the module docstring)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def benchmark(self, problem: Problem, choices: Sequence[Choice], inputs: Sequence[torch.Tensor]) -> list[Timing]:
+        start = time.monotonic()  # the budget covers precompiling too
+        device = inputs[0].device if inputs else torch.device("cpu")
+        if mode(self.options, device) == "inprocess":
+            return time_inprocess(problem, choices, inputs, self.options, start)
+        isolatable = set(pool.isolatable_plugins())
+        away = [i for i, c in enumerate(choices) if c.spec.backend in isolatable]
+        here = sorted(set(range(len(choices))) - set(away))
+        timings: list[Timing | None] = [None] * len(choices)
+        if away:
+            specs = [choices[i].spec for i in away]
+            for i, timing in zip(away, time_isolated(problem, specs, self.options, device, start), strict=True):
+                timings[i] = timing
+        if here:
+            best = min((t.ms for t in timings if t is not None and t.ok), default=None)
+            local = time_inprocess(problem, [choices[i] for i in here], inputs, self.options, start, best)
+            for i, timing in zip(here, local, strict=True):
+                timings[i] = timing
+        return [t for t in timings if t is not None]

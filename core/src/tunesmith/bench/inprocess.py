@@ -1,0 +1,121 @@
+"""Benchmarking in the calling process: precompile in parallel threads, then time each choice.
+
+A choice that raises in ``precompile()``, ``kernel()`` or its run, or returns the wrong shape or
+dtype, gets an infinite time and its error; it never stops the others. It cannot survive a kernel
+that crashes the process: that is what the subprocess benchmarker is for.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import math
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tunesmith.bench.timing import Measurement, check_output, give_up_after, synchronize, time_callable
+from tunesmith.counters import bump
+from tunesmith.options import Options
+from tunesmith.plugins import describe_error
+from tunesmith_hookspecs import Choice, Problem, Timing
+
+log = logging.getLogger(__name__)
+
+BUDGET_EXHAUSTED = "not timed: budget_s ran out"
+
+
+_compiled_here: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def precompile_one(choice: Choice) -> str | None:
+    """Run one ``precompile()``; its error text, or None."""
+    bump("precompile")
+    try:
+        choice.precompile()
+    except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
+        bump("choice_failed")
+        return f"precompile: {describe_error(exc)}"
+    with contextlib.suppress(TypeError):  # a choice that takes no weak reference is compiled again
+        _compiled_here.add(choice)
+    return None
+
+
+def runnable(choice: Choice) -> Callable[..., Any]:
+    """The kernel of ``choice``, precompiling it first unless that was done in this process."""
+    if choice not in _compiled_here:
+        choice.precompile()
+    return choice.kernel()
+
+
+def precompile_all(choices: Sequence[Choice], threads: int) -> list[str | None]:
+    """Run every ``precompile()`` on ``threads`` worker threads; the error text of each, or None."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tunesmith-compile") as pool:
+        return list(pool.map(precompile_one, choices))
+
+
+def measure(
+    problem: Problem,
+    choice: Choice,
+    inputs: Sequence[torch.Tensor],
+    device: torch.device,
+    options: Options,
+    give_up_ms: float | None = None,
+) -> Measurement:
+    """Check one (precompiled) choice's output layout, then time it."""
+    kernel = choice.kernel()
+    with torch.no_grad():
+        out = kernel(*inputs)
+        synchronize(device)
+        check_output(problem, out)
+        return time_callable(lambda: kernel(*inputs), device, options.bench_warmup, options.bench_repeat, give_up_ms)
+
+
+def out_of_budget(options: Options, start: float) -> bool:
+    return options.budget_s is not None and time.monotonic() - start > options.budget_s
+
+
+def time_inprocess(
+    problem: Problem,
+    choices: Sequence[Choice],
+    inputs: Sequence[torch.Tensor],
+    options: Options,
+    start: float,
+    best_ms: float | None = None,
+) -> list[Timing]:
+    """Precompile and time ``choices`` here; the budget counts from ``start``, and the choice to beat
+    so far (for the early stop) is ``best_ms``."""
+    errors = precompile_all(choices, options.compile_threads)
+    device = inputs[0].device if inputs else torch.device("cpu")
+    timings = []
+    for choice, error in zip(choices, errors, strict=True):
+        if error is None and out_of_budget(options, start) and (best_ms is not None or any(t.ok for t in timings)):
+            timings.append(Timing(choice.spec, math.inf, BUDGET_EXHAUSTED))
+            continue
+        if error is None:
+            try:
+                m = measure(problem, choice, inputs, device, options, give_up_after(best_ms))
+            except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
+                bump("choice_failed")
+                error = f"run: {describe_error(exc)}"
+            else:
+                timings.append(Timing(choice.spec, m.ms, noise=m.noise))
+                best_ms = m.ms if best_ms is None else min(best_ms, m.ms)
+                continue
+        log.info("choice %s failed: %s", choice.spec, error)
+        timings.append(Timing(choice.spec, math.inf, error))
+    return timings
+
+
+class InprocessBenchmarker:
+    """Times choices in the calling process (``benchmark="inprocess"``)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def benchmark(self, problem: Problem, choices: Sequence[Choice], inputs: Sequence[torch.Tensor]) -> list[Timing]:
+        return time_inprocess(problem, choices, inputs, self.options, time.monotonic())

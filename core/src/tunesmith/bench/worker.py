@@ -1,0 +1,157 @@
+"""``python -m tunesmith.bench.worker DEVICE PLUGINS``: a benchmark worker process (one per GPU).
+
+It loads the entry-point plugins named in PLUGINS (a JSON list), then serves jobs read as JSON
+lines on stdin, answering on the stdout it had at start (anything else printed goes to stderr):
+
+- ``{"job": j, "kind": "setup", "problem", "specs", "options"}``: make random inputs of the
+  Problem's layout and rebuild every spec into a choice (choices never cross the process boundary);
+- ``{"job": j, "kind": "precompile", "index": i, "budget_left_s"}``: precompile choice ``i`` on one
+  of ``compile_threads`` threads;
+- ``{"job": j, "kind": "time", "index": i, "give_up_ms"}``: check and time choice ``i``.
+
+Each job answers ``{"job": j, "started": true}`` when it starts and ``{"job": j, "result": {...}}``
+when it ends. After a CUDA error that leaves the context unusable (an illegal memory access) the
+result carries ``"fatal": true`` and the worker exits, so that the parent starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import faulthandler
+import json
+import os
+import sys
+import threading
+import time
+from typing import IO, Any
+
+FATAL_EXIT = 70
+
+
+class Server:
+    """The state of one worker: the current Problem's inputs and choices, and the reply channel."""
+
+    def __init__(self, device: str, replies: IO[str]) -> None:
+        import torch
+
+        self.device = torch.device(device)
+        self.replies = replies
+        self.lock = threading.Lock()
+        self.session: dict[str, Any] | None = None
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def reply(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            self.replies.write(json.dumps(record) + "\n")
+            self.replies.flush()
+
+    def serve(self, requests: IO[str]) -> None:
+        self.reply({"ready": True, "pid": os.getpid()})
+        for line in requests:
+            job = json.loads(line)
+            job["_received"] = time.monotonic()  # the precompile budget counts from here
+            if job["kind"] == "precompile" and self.pool is not None:
+                self.pool.submit(self.run, job)
+            else:
+                self.run(job)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def run(self, job: dict[str, Any]) -> None:
+        from tunesmith.plugins import describe_error
+
+        self.reply({"job": job["job"], "started": True})
+        try:
+            result = getattr(self, "_" + job["kind"])(job)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as this job's error
+            result = {"error": describe_error(exc)}
+            if self._cuda_broken():
+                self.reply({"job": job["job"], "result": result, "fatal": True})
+                os._exit(FATAL_EXIT)
+        self.reply({"job": job["job"], "result": result})
+
+    def _cuda_broken(self) -> bool:
+        """Whether the CUDA context is unusable (a sticky error such as an illegal memory access)."""
+        import torch
+
+        if self.device.type != "cuda":
+            return False
+        try:
+            torch.cuda.synchronize(self.device)
+            torch.ones(1, device=self.device).add_(1).item()
+        except Exception:  # noqa: BLE001 - any failure here means the context is gone
+            return True
+        return False
+
+    def _setup(self, job: dict[str, Any]) -> dict[str, Any]:
+        from tunesmith import hooks
+        from tunesmith.options import from_payload
+        from tunesmith.problem import tensor_like
+        from tunesmith.settings import current_options
+        from tunesmith_hookspecs import ChoiceSpec, Problem, structure
+
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        options = from_payload(current_options(), job["options"])
+        problem = structure(job["problem"], Problem)
+        specs = [structure(raw, ChoiceSpec) for raw in job["specs"]]
+        choices = hooks.rebuild_choices(specs, problem, options)
+        self.session = {
+            "problem": problem,
+            "options": options,
+            "inputs": [tensor_like(meta, self.device) for meta in problem.inputs],
+            "choices": choices,
+            "precompiled": set(),
+        }
+        self.pool = concurrent.futures.ThreadPoolExecutor(options.compile_threads, "tunesmith-compile")
+        missing = {i: f"the worker process cannot rebuild {specs[i]}" for i, c in enumerate(choices) if c is None}
+        return {"missing": missing}
+
+    def _choice(self, index: int) -> Any:
+        assert self.session is not None, "a job before setup"
+        choice = self.session["choices"][index]
+        if choice is None:
+            raise LookupError("this choice could not be rebuilt in the worker process")
+        return choice
+
+    def _precompile(self, job: dict[str, Any]) -> dict[str, Any]:
+        from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, precompile_one
+
+        left = job.get("budget_left_s")
+        if left is not None and time.monotonic() - job["_received"] > left:
+            return {"error": BUDGET_EXHAUSTED, "skipped": True}
+        error = precompile_one(self._choice(job["index"]))
+        if error is None:
+            self.session["precompiled"].add(job["index"])  # type: ignore[index]
+        return {"error": error}
+
+    def _time(self, job: dict[str, Any]) -> dict[str, Any]:
+        from tunesmith.bench.inprocess import measure
+
+        session = self.session
+        assert session is not None, "a job before setup"
+        choice = self._choice(job["index"])
+        if job["index"] not in session["precompiled"]:
+            choice.precompile()  # a fresh worker after a crash: compile caches make this cheap
+            session["precompiled"].add(job["index"])
+        m = measure(session["problem"], choice, session["inputs"], self.device, session["options"], job["give_up_ms"])
+        return {"ms": m.ms, "noise": m.noise}
+
+
+def main(argv: list[str]) -> int:
+    device, names = argv[0], json.loads(argv[1])
+    # The protocol keeps the original stdout; prints from plugins (and C code) go to stderr.
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable()
+
+    from tunesmith.plugins import reload_plugins
+
+    reload_plugins(only=names)
+    Server(device, replies).serve(sys.stdin)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

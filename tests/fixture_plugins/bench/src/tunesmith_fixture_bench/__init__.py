@@ -1,0 +1,1 @@
+"""Backends that misbehave while being benchmarked: the benchmarker must survive each of them."""

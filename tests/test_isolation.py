@@ -1,0 +1,158 @@
+"""The subprocess benchmarker: crashes and hangs survived, parallel precompile in the worker,
+verify against a fast wrong kernel, worker reuse, and run-time plugins timed in-process.
+
+Each test installs real fixture plugins (tests/fixture_plugins/bad and bench) and benchmarks on
+the CPU with ``benchmark="subprocess"``, so real worker processes start, crash and restart.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tunesmith
+from tunesmith.bench import pool
+from tunesmith_hookspecs import ChoiceSpec, hookimpl
+
+from conftest import rand
+
+SUBPROCESS = {"benchmark": "subprocess"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def stop_workers() -> Iterator[None]:
+    yield
+    pool.shutdown()
+
+
+def by_backend(sel: tunesmith.Selection, backend: str) -> list[tuple[ChoiceSpec, float]]:
+    return [(spec, ms) for spec, ms in sel.timings.items() if spec.backend == backend]
+
+
+def test_a_segfaulting_kernel_gets_an_infinite_time_and_aten_wins(install):
+    install("bad")
+    options = {**SUBPROCESS, "backends": ["aten", "fixture_segv"]}
+    sel = tunesmith.tune("mm", rand(48, 32), rand(32, 40), options=options)
+    assert sel.spec.backend == "aten"
+    [(spec, ms)] = by_backend(sel, "fixture_segv")
+    assert ms == math.inf
+    error = next(t.error for t in sel.report.timings if t.spec == spec)
+    assert "SIGSEGV" in error and error.startswith("run: ")
+    assert tunesmith.counters["benchmark_crash"] == 1
+    # This process survived, and the next tune() works with a fresh worker.
+    again = tunesmith.tune("mm", rand(20, 30), rand(30, 10), options=options)
+    assert again.spec.backend == "aten" and tunesmith.counters["benchmark_crash"] == 2
+
+
+def test_a_kernel_past_the_timeout_is_killed_and_timed_as_infinite(install):
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["aten", "fixture_sleep"], "bench_timeout_s": 2}
+    start = time.monotonic()
+    sel = tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
+    assert time.monotonic() - start < 30  # the kernel sleeps for 60 s
+    assert sel.spec.backend == "aten"
+    [(spec, ms)] = by_backend(sel, "fixture_sleep")
+    assert ms == math.inf
+    assert "timed out" in next(t.error for t in sel.report.timings if t.spec == spec)
+    assert tunesmith.counters["benchmark_timeout"] == 1 and tunesmith.counters["benchmark_crash"] == 1
+
+
+def test_a_crash_among_parallel_precompiles_is_blamed_on_its_choice_only(install):
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["aten", "fixture_compilecrash"], "compile_threads": 3}
+    sel = tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
+    times = {spec.template: ms for spec, ms in by_backend(sel, "fixture_compilecrash")}
+    assert times["crash"] == math.inf
+    assert math.isfinite(times["slow1"]) and math.isfinite(times["slow2"])
+    error = next(t.error for t in sel.report.timings if t.spec.template == "crash")
+    assert error.startswith("precompile: ") and "SIGSEGV" in error
+    assert tunesmith.counters["benchmark_crash"] >= 1
+
+
+@pytest.mark.parametrize("mode", ["subprocess", "inprocess"])
+def test_compile_threads_run_precompiles_on_that_many_threads_off_the_main_thread(install, tmp_path, monkeypatch, mode):
+    log = tmp_path / "compile.log"
+    monkeypatch.setenv("FIXTURE_COMPILE_LOG", str(log))
+    install("bench")
+    options = {"benchmark": mode, "backends": ["fixture_compile"], "compile_threads": 4}
+    tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
+    rows = [line.split() for line in log.read_text().splitlines()]
+    here = [r for r in rows if int(r[0]) == os.getpid()]
+    away = [r for r in rows if int(r[0]) != os.getpid()]
+    compiled = away if mode == "subprocess" else here
+    assert sorted(r[3] for r in compiled) == [f"config{i}" for i in range(8)]
+    assert len({r[1] for r in compiled}) == 4
+    assert all(r[2] != "MainThread" for r in compiled)
+    # In subprocess mode the winner is compiled once more here, to run it; in-process, only once.
+    assert len(here) == (1 if mode == "subprocess" else 8)
+    assert tunesmith.counters["precompile"] == 8
+
+
+def test_verify_rejects_a_wrong_kernel_that_is_fastest(install):
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["aten", "fixture_fastwrong"]}
+    a, b = rand(256, 256), rand(256, 256)
+    unverified = tunesmith.tune("mm", a, b, options=options)
+    assert unverified.spec.backend == "fixture_fastwrong"  # fastest, so it wins unchecked
+    tunesmith.reset()
+    with pytest.warns(tunesmith.TunesmithWarning, match="relative error"):
+        sel = tunesmith.tune("mm", a, b, options={**options, "verify": True, "caches": []})
+    assert sel.spec.backend == "aten"
+    assert by_backend(sel, "fixture_fastwrong")[0][1] == math.inf
+    assert tunesmith.counters["verify_rejected"] == 1
+    assert (sel(a, b) - a @ b).abs().max() < 1e-3
+
+
+def test_the_worker_is_reused_across_problems(install):
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["aten"]}
+    tunesmith.tune("mm", rand(8, 8), rand(8, 8), options=options)
+    worker = pool.slot(rand(1).device).worker
+    assert worker is not None and worker.alive
+    tunesmith.tune("mm", rand(9, 8), rand(8, 8), options=options)
+    assert pool.slot(rand(1).device).worker is worker
+    assert worker.proc.pid != os.getpid()
+
+
+def test_choices_of_a_run_time_plugin_are_timed_in_this_process(register):
+    ran: list[tuple[int, int]] = []
+
+    class Local:
+        spec = ChoiceSpec("local_mm", "mm")
+
+        def precompile(self) -> None:
+            pass
+
+        def kernel(self):
+            def run(a, b):
+                ran.append((os.getpid(), threading.get_ident()))
+                return a @ b
+
+            return run
+
+    class Plugin:
+        @hookimpl
+        def tunesmith_choices(self, problem, options):
+            return [Local()] if problem.op == "mm" else []
+
+    register(Plugin(), "local_mm")
+    sel = tunesmith.tune("mm", rand(8, 8), rand(8, 8), options={**SUBPROCESS, "backends": ["aten", "local_mm"]})
+    assert math.isfinite(sel.timings[Local.spec])
+    assert ran and {pid for pid, _ in ran} == {os.getpid()}
+
+
+def test_a_budget_skips_precompiles_not_yet_started(install, tmp_path, monkeypatch):
+    monkeypatch.setenv("FIXTURE_COMPILE_LOG", str(tmp_path / "compile.log"))
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["aten", "fixture_compile"], "compile_threads": 1, "budget_s": 0.5}
+    sel = tunesmith.tune("mm", rand(8, 8), rand(8, 8), options=options)
+    assert sel.report.budget_exhausted
+    assert sel.spec.backend == "aten"
+    compiled = Path(tmp_path / "compile.log").read_text().splitlines()
+    assert 1 <= len(compiled) < 8
