@@ -58,63 +58,92 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    import torch
+    import concurrent.futures
+    import contextvars
 
     import tunesmith
     from tunesmith import problemset
-    from tunesmith.problem import build_problem, flops
 
     cases = problemset.load(args.file)
     if args.only:
         cases = [c for c in cases if c.name in args.only]
-    device = torch.device(args.device)
     overrides: dict[str, Any] = {}
     if args.backends is not None:
         overrides["backends"] = args.backends
-    results, failed = [], 0
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with tunesmith.options(**overrides), Progress(*columns, console=err, transient=True) as progress:
-        task = progress.add_task("tuning", total=len(cases))
-        for case in cases:
-            progress.update(task, description=f"tuning {case.name}")
-            row: dict[str, Any] = {
-                "name": case.name,
-                "op": case.op,
-                "shape": problemset.shape_text(case),
-                "dtype": case.dtype,
-                "device": str(device),
-            }
-            try:
-                tensors, scalars = problemset.make_inputs(case, device)
-                epilogue = problemset.epilogue(case)
-                start = time.perf_counter()
-                sel = tunesmith.tune(case.op, *tensors, epilogue=epilogue, **scalars)
-                wall_s = time.perf_counter() - start
-                problem, _ = build_problem(case.op, tensors, scalars, epilogue)
-            except tunesmith.TunesmithError as exc:
-                failed += 1
-                row["error"] = str(exc)
-                results.append(row)
+    with tunesmith.options(**overrides) as settings, Progress(*columns, console=err, transient=True) as progress:
+        devices = spread_devices(args.device, settings.devices)
+        task = progress.add_task(f"tuning on {', '.join(map(str, devices))}", total=len(cases))
+
+        def tune_all(mine: list[int], device: Any) -> dict[int, dict[str, Any]]:
+            rows = {}
+            for i in mine:
+                rows[i] = _tune_case(cases[i], device)
                 progress.advance(task)
-                continue
-            ms = sel.timings.get(sel.spec, math.nan)
-            aten = [t for spec, t in sel.timings.items() if spec.backend == "aten" and math.isfinite(t)]
-            row |= {
-                "chosen": str(sel.spec),
-                "ms": ms,
-                "tflops": flops(problem) / ms / 1e9 if ms and math.isfinite(ms) else None,
-                "speedup_vs_aten": min(aten) / ms if aten and ms else None,
-                "choices": len(sel.timings),
-                "source": sel.report.source,
-                "wall_s": wall_s,
-                "device_name": sel.report.device_name,
-            }
-            results.append(row)
-            progress.advance(task)
+            return rows
+
+        # One thread per device, each with its share of the cases (and this thread's settings).
+        shares = [list(range(k, len(cases), len(devices))) for k in range(len(devices))]
+        with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
+            jobs = [
+                pool.submit(contextvars.copy_context().run, tune_all, s, d)
+                for s, d in zip(shares, devices, strict=True)
+            ]
+            rows = {i: row for job in jobs for i, row in job.result().items()}
+    results = [rows[i] for i in range(len(cases))]
     _print_results(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-    return 1 if failed else 0
+    return 1 if any("error" in r for r in results) else 0
+
+
+def spread_devices(device: str, devices: Sequence[str] | None) -> list[Any]:
+    """The devices a problem set is spread over: ``cuda`` (no index) means every GPU in the
+    ``devices`` setting, or every visible one; anything else is that one device."""
+    import torch
+
+    chosen = torch.device(device)
+    if chosen.type != "cuda" or chosen.index is not None:
+        return [chosen]
+    if devices:
+        return [torch.device(d) for d in devices]
+    return [torch.device("cuda", i) for i in range(max(torch.cuda.device_count(), 1))]
+
+
+def _tune_case(case: Any, device: Any) -> dict[str, Any]:
+    """Tune one case of a problem set on ``device``: its result row (with ``error`` on failure)."""
+    import tunesmith
+    from tunesmith import problemset
+    from tunesmith.problem import build_problem, flops
+
+    row: dict[str, Any] = {
+        "name": case.name,
+        "op": case.op,
+        "shape": problemset.shape_text(case),
+        "dtype": case.dtype,
+        "device": str(device),
+    }
+    try:
+        tensors, scalars = problemset.make_inputs(case, device)
+        epilogue = problemset.epilogue(case)
+        start = time.perf_counter()
+        sel = tunesmith.tune(case.op, *tensors, epilogue=epilogue, **scalars)
+        wall_s = time.perf_counter() - start
+        problem, _ = build_problem(case.op, tensors, scalars, epilogue)
+    except tunesmith.TunesmithError as exc:
+        return row | {"error": str(exc)}
+    ms = sel.timings.get(sel.spec, math.nan)
+    aten = [t for spec, t in sel.timings.items() if spec.backend == "aten" and math.isfinite(t)]
+    return row | {
+        "chosen": str(sel.spec),
+        "ms": ms,
+        "tflops": flops(problem) / ms / 1e9 if ms and math.isfinite(ms) else None,
+        "speedup_vs_aten": min(aten) / ms if aten and ms else None,
+        "choices": len(sel.timings),
+        "source": sel.report.source,
+        "wall_s": wall_s,
+        "device_name": sel.report.device_name,
+    }
 
 
 def _print_results(results: Sequence[dict[str, Any]]) -> None:
@@ -184,7 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_plugins)
     p = sub.add_parser("tune", help="tune a problem set (the JSON format of benchmarks/gemm_shapes.json)")
     p.add_argument("file", help="problem-set JSON file")
-    p.add_argument("--device", default="cpu", help="device to tune on (default: cpu)")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="device to tune on (default: cpu); cuda spreads the cases over every GPU of the devices setting",
+    )
     p.add_argument("--backends", type=lambda s: [b for b in s.split(",") if b], help="comma-separated backends")
     p.add_argument("--only", nargs="+", metavar="NAME", help="tune only these cases")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")

@@ -29,6 +29,10 @@ from tunesmith.plugins import get_system
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
 
 
+#: the most that measured noise widens a tie (a noisier measurement says little either way)
+MAX_NOISE_TIE = 0.05
+
+
 @attrs.frozen
 class SelectionEntry:
     """The payload of an autotune cache entry."""
@@ -160,8 +164,12 @@ def _tune(
 
 
 def ranked(timings: Sequence[Timing], tie_tolerance: float) -> list[int]:
-    """The timed choices, best first. Times within the noise of the best are ties, won by the
-    earlier choice (the earlier backend in ``backends``), so that every process picks the same."""
+    """The timed choices, best first. Times within ``tie_tolerance`` of the best, or within their
+    measured noise (up to ``MAX_NOISE_TIE``), are ties, won by the earlier choice (the earlier
+    backend in ``backends``), so that every process picks the same."""
+    def margin(t: Timing) -> float:
+        return min(t.noise, MAX_NOISE_TIE)
+
     left = [i for i, t in enumerate(timings) if t.ok]
     order = []
     while left:
