@@ -167,20 +167,21 @@ def ranked(timings: Sequence[Timing], tie_tolerance: float) -> list[int]:
     """The timed choices, best first. Times within ``tie_tolerance`` of the best, or within their
     measured noise (up to ``MAX_NOISE_TIE``), are ties, won by the earlier choice (the earlier
     backend in ``backends``), so that every process picks the same."""
-    def margin(t: Timing) -> float:
-        return min(t.noise, MAX_NOISE_TIE)
-
     left = [i for i, t in enumerate(timings) if t.ok]
     order = []
     while left:
         best = min(left, key=lambda i: timings[i].ms)
         fastest = timings[best]
         winner = next(
-            i for i in left if timings[i].ms <= fastest.ms * (1 + max(tie_tolerance, fastest.noise, timings[i].noise))
+            i for i in left if timings[i].ms <= fastest.ms * (1 + _margin(tie_tolerance, fastest, timings[i]))
         )
         order.append(winner)
         left.remove(winner)
     return order
+
+
+def _margin(tie_tolerance: float, a: Timing, b: Timing) -> float:
+    return max(tie_tolerance, min(max(a.noise, b.noise), MAX_NOISE_TIE))
 
 
 def _verify(
