@@ -28,7 +28,6 @@ from tunesmith.options import Options
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
 
-
 #: the most that measured noise widens a tie (a noisier measurement says little either way)
 MAX_NOISE_TIE = 0.05
 
