@@ -60,6 +60,7 @@ def _plugins(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     import concurrent.futures
     import contextvars
+    import queue
 
     import tunesmith
     from tunesmith import problemset
@@ -75,20 +76,23 @@ def _tune(args: argparse.Namespace) -> int:
         devices = spread_devices(args.device, settings.devices)
         task = progress.add_task(f"tuning on {', '.join(map(str, devices))}", total=len(cases))
 
-        def tune_all(mine: list[int], device: Any) -> dict[int, dict[str, Any]]:
-            rows = {}
-            for i in mine:
-                rows[i] = _tune_case(cases[i], device)
-                progress.advance(task)
-            return rows
+        todo = queue.SimpleQueue()
+        for i in range(len(cases)):
+            todo.put(i)
 
-        # One thread per device, each with its share of the cases (and this thread's settings).
-        shares = [list(range(k, len(cases), len(devices))) for k in range(len(devices))]
+        def tune_on(device: Any) -> dict[int, dict[str, Any]]:
+            done = {}
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return done
+                done[i] = _tune_case(cases[i], device)
+                progress.advance(task)
+
+        # One thread per device, each taking the next case when it is free (with this thread's settings).
         with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
-            jobs = [
-                pool.submit(contextvars.copy_context().run, tune_all, s, d)
-                for s, d in zip(shares, devices, strict=True)
-            ]
+            jobs = [pool.submit(contextvars.copy_context().run, tune_on, d) for d in devices]
             rows = {i: row for job in jobs for i, row in job.result().items()}
     results = [rows[i] for i in range(len(cases))]
     _print_results(results)

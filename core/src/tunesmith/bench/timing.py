@@ -1,14 +1,16 @@
 """Timing one callable: warm-up, then the median of repeats, with the spread as the noise.
 
-On a GPU each repeat is timed with CUDA events, every repeat enqueued back to back and one sync at
-the end (a sync per repeat would time Python's launch gap too), and the L2 cache is flushed before
-each repeat so that a small problem does not run from a cache the real program would have
-evicted. A choice whose first repeats are already far slower than the best so far is not timed
-further: it cannot win.
+On a GPU each repeat is timed with CUDA events, every repeat enqueued back to back behind a short
+spin kernel and one sync at the end, so that the GPU never waits for Python to launch the next
+call (a small kernel would otherwise be timed with that gap); the L2 cache is flushed before each
+repeat so that a small problem does not run from a cache the real program would have evicted.
+A choice whose first repeats are already far slower than the best so far is not timed further:
+it cannot win.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -26,8 +28,12 @@ PROBE_REPEATS = 3
 #: size of the buffer written between repeats, as a multiple of the L2 cache
 FLUSH_FACTOR = 2
 _FALLBACK_L2_BYTES = 64 << 20
+#: GPU time held per repeat beyond the launch cost (the flush and the kernel's own launch)
+HOLD_PER_REPEAT_MS = 0.05
+MAX_HOLD_MS = 100.0
 
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
+_sleep_rates: dict[torch.device, float] = {}
 
 
 @attrs.frozen
@@ -48,11 +54,34 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return buf
 
 
-def _cuda_samples(fn: Callable[[], Any], device: torch.device, repeat: int) -> list[float]:
+def _cycles_per_ms(device: torch.device) -> float:
+    """The rate of ``torch.cuda._sleep``'s spin loop on ``device``, measured once."""
+    if device not in _sleep_rates:
+        cycles, best = 2_000_000, math.inf
+        for _ in range(3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end))
+        _sleep_rates[device] = cycles / best
+    return _sleep_rates[device]
+
+
+def _hold(device: torch.device, ms: float) -> None:
+    """Keep the GPU busy for ``ms`` while this thread enqueues work behind it, so that the timed
+    kernels run back to back instead of waiting for Python to launch each one."""
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(int(min(ms, MAX_HOLD_MS) * _cycles_per_ms(device)))
+
+
+def _cuda_samples(fn: Callable[[], Any], device: torch.device, repeat: int, launch_ms: float) -> list[float]:
     with torch.cuda.device(device):
         flush = _flush_buffer(device)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
         torch.cuda.synchronize()
+        _hold(device, 2 * repeat * (launch_ms + HOLD_PER_REPEAT_MS))
         for start, end in events:
             flush.zero_()
             start.record()
@@ -84,11 +113,13 @@ def time_callable(
 ) -> Measurement:
     """Time ``fn()``: ``warmup`` untimed runs, then ``repeat`` timed ones, or only the first
     ``PROBE_REPEATS`` when their median already exceeds ``give_up_ms``."""
+    t0 = time.perf_counter()
     for _ in range(warmup):
         fn()
+    launch_ms = (time.perf_counter() - t0) * 1e3 / max(warmup, 1)  # what Python takes to enqueue one call
 
     def sample(n: int) -> list[float]:
-        return _cuda_samples(fn, device, n) if device.type == "cuda" else _cpu_samples(fn, n)
+        return _cuda_samples(fn, device, n, launch_ms) if device.type == "cuda" else _cpu_samples(fn, n)
 
     samples = sample(min(PROBE_REPEATS, repeat))
     if repeat > len(samples) and (give_up_ms is None or statistics.median(samples) <= give_up_ms):
