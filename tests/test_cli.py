@@ -68,3 +68,13 @@ def test_plugins_table():
     proc = cli("plugins")
     assert proc.returncode == 0, proc.stderr
     assert "tunesmith-aten" in proc.stdout and "choices, rebuild_choice" in proc.stdout
+
+
+def test_tune_spreads_a_set_over_the_devices_of_the_setting_and_pins_an_indexed_device():
+    import torch
+
+    from tunesmith.cli import spread_devices
+
+    assert spread_devices("cpu", ["cuda:0", "cuda:1"]) == [torch.device("cpu")]
+    assert spread_devices("cuda:1", None) == [torch.device("cuda", 1)]
+    assert spread_devices("cuda", ["cuda:0", "cuda:1"]) == [torch.device("cuda", 0), torch.device("cuda", 1)]

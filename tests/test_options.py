@@ -133,3 +133,23 @@ def test_options_blocks_do_not_leak_across_threads():
     assert tunesmith.current_options().prune is None and other == [None]
     release.set()
     holder.join()
+
+
+def test_settings_travel_to_a_worker_as_json_and_come_back_equal(register):
+    import json
+
+    from tunesmith.options import from_payload, to_payload
+
+    class Declares:
+        @hookimpl
+        def tunesmith_add_options(self, options):
+            options.add("my_threshold", 3)
+            options.add("my_callback", None)
+
+    register(Declares(), "declares")
+    with tunesmith.options(backends=["aten"], budget_s=2.5, my_threshold=7, my_callback=print) as settings:
+        payload = json.loads(json.dumps(to_payload(settings)))
+    assert "my_callback" not in payload  # not JSON: left out, the worker keeps its own value
+    back = from_payload(tunesmith.current_options(), payload)
+    assert back.backends == ("aten",) and back.budget_s == 2.5 and back.my_threshold == 7
+    assert back == tunesmith.current_options(payload)

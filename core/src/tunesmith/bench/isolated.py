@@ -126,14 +126,11 @@ class IsolatedRun:
                 started[job] = time.monotonic()
                 continue
             finished.add(job)
-            if reply.get("fatal"):
+            if reply.get("fatal"):  # the worker exits; the others running were bystanders
                 out.blamed[by_id[job]] = "crashed the GPU context: " + reply["result"]["error"]
                 worker.kill()
-                running = [j for j in running if j != job]
-                rest = self._lost(out, by_id, running, finished, "")
-                rest.requeue += rest.suspects  # the guilty job is known; the others were bystanders
-                rest.suspects = []
-                return rest
+                out.requeue = [by_id[j] for j in by_id if j not in finished]
+                return out
             out.results[by_id[job]] = reply["result"]
         return out
 
@@ -143,7 +140,7 @@ class IsolatedRun:
             out.blamed[by_id[running[0]]] = why
         elif running:
             out.suspects = [by_id[j] for j in running]
-        elif why:
+        else:
             out.unblamed = why
         out.requeue += [by_id[j] for j in by_id if j not in finished and j not in running]
         return out

@@ -64,7 +64,9 @@ class WorkerProcess:
     def __init__(self, device: torch.device, plugins: list[str]) -> None:
         env = _env(device)
         self.signature = signature(device, plugins)
-        self.log = Path(tempfile.mkstemp(prefix="tunesmith-worker-", suffix=".log")[1])
+        fd, log = tempfile.mkstemp(prefix="tunesmith-worker-", suffix=".log")
+        os.close(fd)
+        self.log = Path(log)
         with self.log.open("wb") as stderr:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tunesmith.bench.worker", device.type, json.dumps(plugins)],
