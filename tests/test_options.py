@@ -66,7 +66,7 @@ def test_pyproject_is_found_above_the_working_directory(isolated, monkeypatch):
     [
         ({"prunes": 3}, "unknown setting 'prunes' .*known settings: .*prune"),
         ({"prune": 0}, r"'prune' = 0 \(from tunesmith.options\(\)\) is not valid: expected an integer >= 1, or none"),
-        ({"benchmark": "gpu"}, "expected one of 'inprocess'"),
+        ({"benchmark": "gpu"}, "expected one of 'auto', 'subprocess', 'inprocess'"),
         ({"verify": "maybe"}, "expected true or false"),
         ({"backends": [1, 2]}, "expected a list of names"),
         ({"budget_s": -1}, "a positive number of seconds"),

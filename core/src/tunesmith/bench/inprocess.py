@@ -29,7 +29,14 @@ log = logging.getLogger(__name__)
 BUDGET_EXHAUSTED = "not timed: budget_s ran out"
 
 
-_compiled_here: weakref.WeakSet[Any] = weakref.WeakSet()
+#: choices precompiled in this process, by identity (a choice may be unhashable)
+_compiled_here: dict[int, weakref.ref[Any]] = {}
+
+
+def _mark_compiled(choice: Choice) -> None:
+    key = id(choice)
+    with contextlib.suppress(TypeError):  # a choice that takes no weak reference is compiled again
+        _compiled_here[key] = weakref.ref(choice, lambda _: _compiled_here.pop(key, None))
 
 
 def precompile_one(choice: Choice) -> str | None:
@@ -40,14 +47,14 @@ def precompile_one(choice: Choice) -> str | None:
     except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
         bump("choice_failed")
         return f"precompile: {describe_error(exc)}"
-    with contextlib.suppress(TypeError):  # a choice that takes no weak reference is compiled again
-        _compiled_here.add(choice)
+    _mark_compiled(choice)
     return None
 
 
 def runnable(choice: Choice) -> Callable[..., Any]:
     """The kernel of ``choice``, precompiling it first unless that was done in this process."""
-    if choice not in _compiled_here:
+    ref = _compiled_here.get(id(choice))
+    if ref is None or ref() is not choice:
         choice.precompile()
     return choice.kernel()
 
