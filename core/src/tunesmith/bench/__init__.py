@@ -48,7 +48,8 @@ class DefaultBenchmarker:
         timings: list[Timing | None] = [None] * len(choices)
         if away:
             specs = [choices[i].spec for i in away]
-            for i, timing in zip(away, time_isolated(problem, specs, self.options, device, start), strict=True):
+            isolated, start = time_isolated(problem, specs, self.options, device, start)
+            for i, timing in zip(away, isolated, strict=True):
                 timings[i] = timing
         if here:
             best = min((t.ms for t in timings if t is not None and t.ok), default=None)

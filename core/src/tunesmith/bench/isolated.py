@@ -11,7 +11,6 @@ is retried alone, so that only the guilty one is blamed. A backend that crashes 
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -59,7 +58,6 @@ class IsolatedRun:
         self.options = options
         self.start = start
         self.plugins = pool.isolatable_plugins()
-        self.ids = itertools.count()
         self.worker: pool.WorkerProcess | None = None
         self.missing: dict[int, str] = {}
         self.backend_crashes: collections.Counter[str] = collections.Counter()
@@ -92,11 +90,7 @@ class IsolatedRun:
 
     def _jobs(self, worker: pool.WorkerProcess, jobs: list[tuple[str, int, dict[str, Any]]], limit: float) -> Outcome:
         """Send ``jobs`` (kind, choice, fields) and collect their results, or how the worker died."""
-        by_id = {}
-        for kind, index, fields in jobs:
-            job = next(self.ids)
-            by_id[job] = index
-            worker.send({"job": job, "kind": kind, "index": index, **fields})
+        by_id = {worker.send({"kind": kind, "index": index, **fields}): index for kind, index, fields in jobs}
         started: dict[int, float] = {}
         out = Outcome()
         finished: set[int] = set()
@@ -109,16 +103,12 @@ class IsolatedRun:
             except pool.WorkerDied as died:
                 return self._lost(out, by_id, running, finished, str(died))
             if reply is None:  # the oldest running job is past the limit (or nothing started at all)
-                now = time.monotonic()
-                overdue = [j for j in running if now - started[j] >= limit]
                 worker.kill()
-                for j in overdue:
+                if len(running) == 1:
                     bump("benchmark_timeout")
-                    out.blamed[by_id[j]] = f"timed out: still running after {limit:g} s, the worker was killed"
-                out.requeue = [by_id[j] for j in by_id if j not in finished and j not in overdue]
-                if not overdue:
-                    out.unblamed = f"the worker made no progress for {limit:g} s and was killed"
-                return out
+                why = f"timed out: still running after {limit:g} s, the worker was killed"
+                # Several running at once: any of them may have held up the rest, so each runs alone.
+                return self._lost(out, by_id, running, finished, why)
             job = reply.get("job")
             if job not in by_id:
                 continue
@@ -126,11 +116,10 @@ class IsolatedRun:
                 started[job] = time.monotonic()
                 continue
             finished.add(job)
-            if reply.get("fatal"):  # the worker exits; the others running were bystanders
-                out.blamed[by_id[job]] = "crashed the GPU context: " + reply["result"]["error"]
+            if reply.get("fatal"):  # the worker exits; a job running beside it may have caused it
                 worker.kill()
-                out.requeue = [by_id[j] for j in by_id if j not in finished]
-                return out
+                finished.discard(job)
+                return self._lost(out, by_id, running, finished, "crashed the GPU context: " + reply["result"]["error"])
             out.results[by_id[job]] = reply["result"]
         return out
 
@@ -220,31 +209,42 @@ class IsolatedRun:
 
 def time_isolated(
     problem: Problem, specs: Sequence[ChoiceSpec], options: Options, device: torch.device, start: float
-) -> list[Timing]:
-    """Precompile and time ``specs`` in ``device``'s worker; one Timing each, in order."""
+) -> tuple[list[Timing], float]:
+    """Precompile and time ``specs`` in ``device``'s worker: one Timing each, in order, and the
+    budget's start moved past any worker start-up (for the choices timed after these)."""
     slot = pool.slot(device)
     with slot.lock:
         run = IsolatedRun(slot, problem, specs, options, start)
         try:
-            errors = run.precompile()
-        except SetupFailed as exc:
+            return _precompile_and_time(run, specs, options), run.start
+        except BaseException:
+            slot.discard()  # interrupted mid-job: its late replies must not reach the next run
+            raise
+
+
+def _precompile_and_time(run: IsolatedRun, specs: Sequence[ChoiceSpec], options: Options) -> list[Timing]:
+    try:
+        errors = run.precompile()
+    except SetupFailed as exc:
+        bump("benchmark_crash")
+        return [Timing(s, math.inf, str(exc)) for s in specs]
+    timings: list[Timing] = []
+    best: float | None = None
+    broken: str | None = None
+    for i, spec in enumerate(specs):
+        if broken is not None or errors.get(i) is not None:
+            timings.append(Timing(spec, math.inf, broken or errors[i]))
+            continue
+        if out_of_budget(options, run.start) and best is not None:
+            timings.append(Timing(spec, math.inf, BUDGET_EXHAUSTED))
+            continue
+        try:
+            timing = run.time(i, best)
+        except SetupFailed as exc:  # no worker will start: the rest cannot be timed either
             bump("benchmark_crash")
-            return [Timing(s, math.inf, str(exc)) for s in specs]
-        timings: list[Timing] = []
-        best: float | None = None
-        for i, spec in enumerate(specs):
-            if errors.get(i) is not None:
-                timings.append(Timing(spec, math.inf, errors[i]))
-                continue
-            if out_of_budget(options, run.start) and best is not None:
-                timings.append(Timing(spec, math.inf, BUDGET_EXHAUSTED))
-                continue
-            try:
-                timing = run.time(i, best)
-            except SetupFailed as exc:
-                bump("benchmark_crash")
-                timing = Timing(spec, math.inf, str(exc))
-            timings.append(timing)
-            if timing.ok:
-                best = timing.ms if best is None else min(best, timing.ms)
-        return timings
+            broken = str(exc)
+            timing = Timing(spec, math.inf, broken)
+        timings.append(timing)
+        if timing.ok:
+            best = timing.ms if best is None else min(best, timing.ms)
+    return timings

@@ -8,6 +8,8 @@ Its stderr goes to a log file whose tail explains a crash.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import itertools
 import json
 import logging
 import os
@@ -75,25 +77,39 @@ class WorkerProcess:
                 stderr=stderr,
                 env=env,
                 text=True,
+                start_new_session=True,  # kill() takes the worker's own children (compilers) too
             )
+        self.ids = itertools.count()  # job ids, unique over the worker's life
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.requests: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._write, args=(self.proc.stdin,), daemon=True).start()
 
     def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            try:
-                self.replies.put(json.loads(line))
-            except ValueError:
-                log.warning("benchmark worker %d wrote a line that is not JSON: %r", self.proc.pid, line[:200])
+        with contextlib.suppress(OSError, ValueError):  # closed under us by kill()
+            for line in stream:
+                try:
+                    self.replies.put(json.loads(line))
+                except ValueError:
+                    log.warning("benchmark worker %d wrote a line that is not JSON: %r", self.proc.pid, line[:200])
         self.replies.put(None)
 
-    def send(self, job: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass  # it died; receive() says how
+    def _write(self, stream: IO[str]) -> None:
+        # A thread of its own: a worker that never reads (stuck starting) cannot block the caller.
+        while (line := self.requests.get()) is not None:
+            try:
+                stream.write(line)
+                stream.flush()
+            except (OSError, ValueError):
+                return  # it died; receive() says how
+        with contextlib.suppress(OSError, ValueError):
+            stream.close()
+
+    def send(self, job: dict[str, Any]) -> int:
+        """Queue ``job`` for the worker under a new id; returns the id."""
+        job_id = next(self.ids)
+        self.requests.put(json.dumps({**job, "job": job_id}) + "\n")
+        return job_id
 
     def receive(self, timeout: float) -> dict[str, Any] | None:
         """The next reply, or None after ``timeout`` seconds; WorkerDied when the process is gone."""
@@ -113,30 +129,34 @@ class WorkerProcess:
     def death(self) -> str:
         code = self.proc.wait()
         if code < 0:
-            what = f"the worker process died of {signal.Signals(-code).name}"
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            what = f"the worker process died of {name}"
         else:
             what = f"the worker process exited with status {code}"
         tail = self.log.read_text(errors="replace").strip()[-1200:] if self.log.exists() else ""
         return what + (f"; its stderr ends:\n{tail}" if tail else "")
 
     def kill(self) -> None:
-        if self.alive:
-            self.proc.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._cleanup()
 
     def close(self) -> None:
         """Ask the worker to finish (end of its input), then make sure it did."""
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
+        self.requests.put(None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-        self._cleanup()
+        self.kill()
 
     def _cleanup(self) -> None:
+        self.requests.put(None)
+        if self.proc.stdout is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdout.close()
         self.log.unlink(missing_ok=True)
 
 
