@@ -164,7 +164,7 @@ class IsolatedRun:
         todo, suspects = list(range(len(self.specs))), []
         while todo or suspects:
             batch, todo = (todo, []) if todo else ([suspects.pop(0)], todo)
-            self._ready_worker()
+            worker = self._ready_worker()
             for i in batch:
                 if (why := self._skip(i)) is not None:
                     errors[i] = why
@@ -172,13 +172,12 @@ class IsolatedRun:
             left = None if self.options.budget_s is None else self.options.budget_s - (time.monotonic() - self.start)
             # The first choice (aten's, by default) is never cut by the budget: something must win.
             jobs = [("precompile", i, {"budget_left_s": left if i else None}) for i in batch]
-            assert self.worker is not None
-            outcome = self._jobs(self.worker, jobs, self.options.bench_timeout_s)
+            outcome = self._jobs(worker, jobs, self.options.bench_timeout_s)
             for i, result in outcome.results.items():
                 if not result.get("skipped"):
                     bump("precompile")
-                if result["error"] is not None:
-                    bump("choice_failed")
+                    if result["error"] is not None:
+                        bump("choice_failed")
                 errors[i] = result["error"]
             self._settle(outcome, errors, "precompile")
             suspects += outcome.suspects
@@ -191,10 +190,8 @@ class IsolatedRun:
             errors: dict[int, str | None] = {}
             if (why := self._skip(i)) is not None:
                 return Timing(self.specs[i], math.inf, why)
-            self._ready_worker()
-            assert self.worker is not None
             job = [("time", i, {"give_up_ms": give_up_after(best_ms)})]
-            outcome = self._jobs(self.worker, job, self.options.bench_timeout_s)
+            outcome = self._jobs(self._ready_worker(), job, self.options.bench_timeout_s)
             self._settle(outcome, errors, "run")
             if i in errors:
                 return Timing(self.specs[i], math.inf, errors[i])

@@ -55,9 +55,9 @@ def _env(device: torch.device) -> dict[str, str]:
     return env
 
 
-def signature(device: torch.device, plugins: list[str]) -> tuple[Any, ...]:
+def signature(env: dict[str, str], plugins: list[str]) -> tuple[Any, ...]:
     """What a worker was started with: a worker whose signature differs from now is replaced."""
-    return (tuple(plugins), tuple(sorted(_env(device).items())))
+    return (tuple(plugins), tuple(sorted(env.items())))
 
 
 class WorkerProcess:
@@ -65,7 +65,7 @@ class WorkerProcess:
 
     def __init__(self, device: torch.device, plugins: list[str]) -> None:
         env = _env(device)
-        self.signature = signature(device, plugins)
+        self.signature = signature(env, plugins)
         fd, log = tempfile.mkstemp(prefix="tunesmith-worker-", suffix=".log")
         os.close(fd)
         self.log = Path(log)
@@ -172,7 +172,7 @@ class Slot:
         """The running worker, or a new one when there is none, or when this process's
         plugins or environment changed since it started."""
         current = self.worker
-        if current is not None and current.alive and current.signature == signature(self.device, plugins):
+        if current is not None and current.alive and current.signature == signature(_env(self.device), plugins):
             return current
         self.discard()
         self.worker = WorkerProcess(self.device, plugins)

@@ -115,16 +115,14 @@ class Server:
         return choice
 
     def _precompile(self, job: dict[str, Any]) -> dict[str, Any]:
-        import torch
-
         from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, precompile_one
+        from tunesmith.bench.timing import synchronize
 
         left = job.get("budget_left_s")
         if left is not None and time.monotonic() - job["_received"] > left:
             return {"error": BUDGET_EXHAUSTED, "skipped": True}
         error = precompile_one(self._choice(job["index"]))
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # a kernel launched while compiling fails here, not later
+        synchronize(self.device)  # a kernel launched while compiling fails here, not later
         if error is None:
             self.session["precompiled"].add(job["index"])  # type: ignore[index]
         return {"error": error}
