@@ -44,7 +44,8 @@ def test_aten_passes_the_whole_suite():
 def test_the_builtin_disk_layer_passes_the_cache_checks():
     proc = conformance("-v", "--tunesmith-plugin", "core", "--tunesmith-unreachable", "cache_dir=/dev/null/unreachable")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert len(outcomes(proc, "test_cache_layer.py", "PASSED")) == 7
+    assert len(outcomes(proc, "test_cache_layer.py", "PASSED")) == 8
+    assert outcomes(proc, "test_cache_layer.py", "SKIPPED") == {"test_a_lock_has_one_holder_and_expires"}
 
 
 def test_a_backend_off_by_one_percent_fails_naming_the_choice_and_the_error(fixture_sites):
@@ -96,6 +97,7 @@ def test_subtler_backend_faults_are_caught(fixture_sites, plugin, expected):
     [
         ("fixture_droplarge", {"test_large_value", "test_concurrent_writers_in_threads[4MiB]"}),
         ("fixture_corrupt", {"test_round_trip_miss_and_overwrite", "test_large_value"}),
+        ("fixture_badlock", {"test_a_lock_has_one_holder_and_expires", "test_listing_finds_what_was_put"}),
     ],
 )
 def test_a_faulty_cache_layer_fails_the_matching_checks(fixture_sites, plugin, failing):

@@ -1,4 +1,4 @@
-"""The ``tunesmith`` command: ``plugins``, ``tune FILE.json``, ``cache stats|clear``."""
+"""The ``tunesmith`` command: ``plugins``, ``tune FILE.json``, ``cache stats|clear|export|import``."""
 
 from __future__ import annotations
 
@@ -177,35 +177,70 @@ def _print_results(results: Sequence[dict[str, Any]]) -> None:
     out.print(table)
 
 
-def _cache_layers() -> list[Any]:
-    from tunesmith.hooks import cache_layers
-    from tunesmith.settings import current_options
-
-    return cache_layers(current_options())
-
-
 def _cache(args: argparse.Namespace) -> int:
-    layers = _cache_layers()
-    if args.action == "stats":
-        table = Table(title="tunesmith caches")
-        for column in ("layer", "location", "entries", "bytes"):
-            table.add_column(column)
-        for layer in layers:
-            stats = layer.stats() if hasattr(layer, "stats") else {}
-            table.add_row(
-                layer.name,
-                str(stats.get("location", "-")),
-                str(stats.get("entries", "?")),
-                str(stats.get("bytes", "?")),
-            )
-        out.print(table)
-        return 0
-    for layer in layers:
-        if hasattr(layer, "clear"):
-            out.print(f"{layer.name}: removed {layer.clear()} entries")
+    import tunesmith
+    from tunesmith.errors import TunesmithError
+    from tunesmith.hooks import cache_layers
+
+    overrides = {"caches": args.layers} if args.layers else {}
+    with tunesmith.options(**overrides) as settings:
+        layers = cache_layers(settings)
+        if args.action == "stats":
+            _cache_stats(layers)
+        elif args.action == "clear":
+            for layer in layers:
+                if hasattr(layer, "clear"):
+                    out.print(f"{layer.name}: removed {layer.clear()} entries")
+                else:
+                    out.print(f"{layer.name}: this layer cannot be cleared from here")
+        elif args.file is None:
+            raise TunesmithError(f"tunesmith cache {args.action} needs a FILE: tunesmith cache {args.action} FILE")
         else:
-            out.print(f"{layer.name}: this layer cannot be cleared from here")
+            _cache_transfer(args.action, Path(args.file), layers, settings.cache_secret)
     return 0
+
+
+def _cache_stats(layers: Sequence[Any]) -> None:
+    table = Table(title="tunesmith caches")
+    for column in ("layer", "location", "entries", "bytes"):
+        table.add_column(column)
+    for layer in layers:
+        try:
+            stats = layer.stats() if hasattr(layer, "stats") else {}
+        except Exception as exc:  # noqa: BLE001 - one layer down does not hide the others
+            stats = {"location": f"[red]unreachable[/]: {type(exc).__name__}: {exc}"}
+        table.add_row(
+            layer.name,
+            str(stats.get("location", "-")),
+            str(stats.get("entries", "?")),
+            str(stats.get("bytes", "?")),
+        )
+    out.print(table)
+
+
+def _cache_transfer(action: str, path: Path, layers: Sequence[Any], secret: str | None) -> None:
+    """``export``: every valid entry of the layers to ``path``; ``import``: ``path`` into every layer."""
+    from tunesmith.cache.transfer import TransferError, export_entries, import_entries
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        if action == "export":
+            task = progress.add_task("exporting", total=None)
+            document, report = export_entries(layers, secret, lambda: progress.advance(task))
+            path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+            total = f"{len(document['entries'])} entries to {path}"
+        else:
+            try:
+                document = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise TransferError(f"cannot read the export {path}: {exc}") from None
+            size = len(document.get("entries", [])) if isinstance(document, dict) else None
+            task = progress.add_task("importing", total=size)
+            report = import_entries(document, layers, secret, lambda: progress.advance(task))
+            total = f"{size} entries from {path}"
+    out.print(f"{action}ed {total}: " + (", ".join(f"{n} {k}" for k, n in report.entries.items()) or "no layers"))
+    for why in report.skipped:
+        err.print(f"[yellow]skipped[/] {why}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,8 +261,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NAME", help="tune only these cases")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     p.set_defaults(func=_tune)
-    p = sub.add_parser("cache", help="inspect or clear the cache layers")
-    p.add_argument("action", choices=("stats", "clear"))
+    p = sub.add_parser(
+        "cache",
+        help="inspect, clear, export or import the cache layers",
+        description="stats: entries per layer; clear: delete them; export FILE: every valid entry to a JSON "
+        "file; import FILE: such a file into every layer (check signatures with cache_secret)",
+    )
+    p.add_argument("action", choices=("stats", "clear", "export", "import"))
+    p.add_argument("file", nargs="?", help="the JSON file to export to or import from")
+    p.add_argument(
+        "--layers", type=lambda s: [x for x in s.split(",") if x], help="comma-separated layers (default: caches)"
+    )
     p.set_defaults(func=_cache)
     return parser
 

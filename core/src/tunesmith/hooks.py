@@ -16,6 +16,7 @@ import pluggy
 from tunesmith.errors import TunesmithError
 from tunesmith.options import Options
 from tunesmith.plugins import PluginSystem, call_impl, describe_error, get_system
+from tunesmith.settings import current_options
 from tunesmith_hookspecs import (
     Benchmarker,
     CacheLayer,
@@ -77,13 +78,14 @@ def validate_choices(plugin: str, result: Any) -> list[Choice]:
     return items
 
 
-def plugin_status(name: str) -> PluginStatus:
-    """Whether plugin ``name`` can run here (cached per process; ``tunesmith.reset()`` clears)."""
+def plugin_status(name: str, options: Options | None = None) -> PluginStatus:
+    """Whether plugin ``name`` can run here (remembered per process unless it depends on the
+    settings; ``tunesmith.reset()`` forgets it)."""
     if name in _status_cache:
         return _status_cache[name]
     system = get_system()
     record = system.records.get(name)
-    status = PluginStatus(True)
+    status, remember = PluginStatus(True), True
     if record is None:
         status = PluginStatus(False, "not installed")
     elif record.disabled:
@@ -92,14 +94,16 @@ def plugin_status(name: str) -> PluginStatus:
         status = PluginStatus(False, f"failed to load: {record.error}")
     else:
         for impl in system.impls_of(name, "tunesmith_plugin_status"):
+            remember = remember and "options" not in impl.argnames
             try:
-                answer = call_impl(impl)
+                answer = call_impl(impl, options=options if options is not None else current_options())
             except Exception as exc:  # noqa: BLE001 - reported as "cannot run here"
                 answer = PluginStatus(False, f"tunesmith_plugin_status raised {describe_error(exc)}")
             if answer is not None and not isinstance(answer, PluginStatus):
                 answer = PluginStatus(False, f"tunesmith_plugin_status returned {answer!r}, not a PluginStatus")
             status = answer or status
-    _status_cache[name] = status
+    if remember:
+        _status_cache[name] = status
     return status
 
 

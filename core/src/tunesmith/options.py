@@ -165,6 +165,16 @@ class Options:
     cache_backoff_s: float = _field(
         30.0, lambda v: parse_seconds(v, optional=False), "seconds a failing cache layer is skipped"
     )
+    cache_lock_ttl_s: float | None = _field(
+        30.0,
+        parse_seconds,
+        "expiry of the single-flight lock on a shared layer (refreshed while tuning); none = no single-flight",
+    )
+    cache_lock_wait_s: float = _field(
+        600.0,
+        lambda v: parse_seconds(v, optional=False),
+        "the longest a process waits for another to tune the same problem before tuning it too",
+    )
     extra: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
 
     def __getattr__(self, name: str) -> Any:

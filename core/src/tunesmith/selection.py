@@ -19,6 +19,7 @@ import torch
 
 from tunesmith import hooks
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
+from tunesmith.cache.flight import SingleFlight
 from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
 from tunesmith.counters import bump
@@ -98,17 +99,35 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
         hooks.selection_done(selection.report, options)
         return selection
     stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
-    found = stack.get(key, lambda payload: structure(payload, SelectionEntry))
-    selection = _from_cache(problem, key, *found, options) if found else None
-    if selection is not None and options.verify and _verify(problem, selection.spec, selection.kernel, inputs):
-        selection = None
+
+    def parse(payload: Any) -> SelectionEntry:
+        return structure(payload, SelectionEntry)
+
+    selection = _cached(problem, inputs, key, stack.get(key, parse), options)
     if selection is None:
-        entry, kernel = _tune(problem, inputs, options, device)
-        stack.put(key, unstructure(entry))
-        selection = _make(problem, key, entry, kernel, "tuned")
+        with SingleFlight(stack, key, parse, options.cache_lock_ttl_s, options.cache_lock_wait_s) as found:
+            selection = _cached(problem, inputs, key, found, options)  # another process tuned it meanwhile
+            if selection is None:
+                entry, kernel = _tune(problem, inputs, options, device)
+                stack.put(key, unstructure(entry))
+                selection = _make(problem, key, entry, kernel, "tuned")
     with _memory_lock:
         _memory[key] = selection
     hooks.selection_done(selection.report, options)
+    return selection
+
+
+def _cached(
+    problem: Problem,
+    inputs: Sequence[torch.Tensor],
+    key: str,
+    found: tuple[SelectionEntry, str] | None,
+    options: Options,
+) -> Selection | None:
+    """The selection of a cache entry, if it rebuilds here (and, with ``verify``, is right)."""
+    selection = _from_cache(problem, key, *found, options) if found else None
+    if selection is not None and options.verify and _verify(problem, selection.spec, selection.kernel, inputs):
+        return None
     return selection
 
 

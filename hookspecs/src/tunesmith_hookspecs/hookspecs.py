@@ -61,13 +61,18 @@ def tunesmith_add_options(options: OptionRegistry) -> None:
 
 
 @hookspec
-def tunesmith_plugin_status() -> PluginStatus | None:
+def tunesmith_plugin_status(options: Any) -> PluginStatus | None:
     """Say whether this plugin can run on this machine, and if not, why.
 
     ``tunesmith plugins`` shows the answer; a backend that is not runnable offers no choices
     (the core also skips it, naming the reason when nothing valid is left). Keep it cheap: no
     compilation, no device work beyond queries. Not implementing it means "runnable".
 
+    The core remembers the answer for the process (``tunesmith.reset()`` forgets it), unless the
+    implementation takes ``options``: then the answer depends on the settings (a cache plugin
+    with no server configured, say) and is asked again each time.
+
+    :param options: the resolved settings.
     :returns: a :class:`~tunesmith_hookspecs.types.PluginStatus`, or ``None``.
 
     Example::
@@ -229,6 +234,17 @@ def tunesmith_cache_backends(options: Any) -> Sequence[CacheLayer]:
     entries (signed when ``cache_secret`` is set); a layer stores bytes and never interprets
     them. The core catches, counts and warns about a layer's errors and skips a failing layer
     for a back-off period. Return an empty list when unconfigured.
+
+    Optional methods add more:
+
+    - ``server_for(key) -> str``: the server that stores ``key``; a failing server is then
+      skipped alone, not the whole layer.
+    - ``acquire(key, ttl_s) -> str | None``, ``refresh(key, token, ttl_s) -> bool`` and
+      ``release(key, token)``: a lock with a token and an expiry, for single-flight: when many
+      processes miss the same key, the one that acquires it tunes (refreshing the lock) and the
+      others wait for its entry (:class:`~tunesmith_hookspecs.types.SharedCacheLayer`).
+    - ``keys()``, ``stats()`` and ``clear()``: what ``tunesmith cache stats|clear|export`` use
+      (:class:`~tunesmith_hookspecs.types.ListableCacheLayer`).
 
     :param options: the resolved settings.
     :returns: a sequence of cache layers.

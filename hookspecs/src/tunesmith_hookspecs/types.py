@@ -314,6 +314,34 @@ class CacheLayer(Protocol):
 
 
 @runtime_checkable
+class SharedCacheLayer(CacheLayer, Protocol):
+    """A layer shared by many processes (a server) that also offers single-flight locks.
+
+    ``acquire`` returns a token when this process now holds the lock of ``key`` for ``ttl_s``
+    seconds, ``None`` when another holder has it; ``refresh`` extends a held lock (``False`` if it
+    was lost); ``release`` gives it up, only if the token still holds it. ``server_for`` names the
+    server that stores ``key``, so that a failing server is skipped alone.
+    """
+
+    def acquire(self, key: str, ttl_s: float) -> str | None: ...
+
+    def refresh(self, key: str, token: str, ttl_s: float) -> bool: ...
+
+    def release(self, key: str, token: str) -> None: ...
+
+
+@runtime_checkable
+class ListableCacheLayer(CacheLayer, Protocol):
+    """A layer that ``tunesmith cache stats|clear|export`` can walk: its keys, a summary, a wipe."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def clear(self) -> int: ...
+
+
+@runtime_checkable
 class Benchmarker(Protocol):
     """Times candidate choices of one Problem."""
 

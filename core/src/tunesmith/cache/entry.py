@@ -33,8 +33,9 @@ def encode(kind: str, key: str, payload: Any, secret: str | None) -> bytes:
     return json.dumps({**body, "sig": sig}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode(raw: bytes, kind: str, key: str, secret: str | None) -> Any:
-    """The payload of an entry, after checking its shape, its key and (with a secret) its signature."""
+def decode(raw: bytes, kind: str | None, key: str, secret: str | None) -> Any:
+    """The payload of an entry, after checking its shape, its kind (None: any), its key and (with a
+    secret) its signature."""
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -42,7 +43,7 @@ def decode(raw: bytes, kind: str, key: str, secret: str | None) -> Any:
     if not isinstance(data, dict) or set(data) != {"format", "version", "kind", "key", "payload", "sig"}:
         raise BadEntry("not a tunesmith entry")
     sig = data.pop("sig")
-    if data["format"] != FORMAT or data["version"] != SPEC_VERSION or data["kind"] != kind:
+    if data["format"] != FORMAT or data["version"] != SPEC_VERSION or data["kind"] != (kind or data["kind"]):
         raise BadEntry(f"an entry of another format, version or kind ({data['kind']!r} v{data['version']!r})")
     if data["key"] != key:
         raise BadEntry("stored under another key")

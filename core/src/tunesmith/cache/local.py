@@ -13,6 +13,11 @@ import platformdirs
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
 
+def valid_key(key: str) -> bool:
+    """Whether ``key`` can name an entry (letters, digits, ``_.-``; what every layer accepts)."""
+    return bool(_KEY.match(key))
+
+
 def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("tunesmith"))
 
@@ -27,7 +32,7 @@ class LocalDiskCache:
         self.entries = self.root / "entries"
 
     def _path(self, key: str) -> Path:
-        if not _KEY.match(key):
+        if not valid_key(key):
             raise ValueError(f"invalid cache key {key!r}")
         return self.entries / key[:2] / f"{key}.json"
 
@@ -51,8 +56,14 @@ class LocalDiskCache:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def _files(self) -> list[Path]:
+        return list(self.entries.glob("*/*.json")) if self.entries.is_dir() else []
+
+    def keys(self) -> list[str]:
+        return [f.stem for f in self._files()]
+
     def stats(self) -> dict[str, object]:
-        files = list(self.entries.glob("*/*.json")) if self.entries.is_dir() else []
+        files = self._files()
         return {"location": str(self.root), "entries": len(files), "bytes": sum(f.stat().st_size for f in files)}
 
     def clear(self) -> int:

@@ -1,7 +1,8 @@
 """The persistent layers as one read-through cache: first hit wins and fills the layers above it.
 
 Each layer's errors are caught here, counted (``remote_cache_error``, ``local_cache_error``),
-warned about once per back-off period, and the layer is skipped until the period ends.
+warned about once per back-off period, and the layer (or, for a layer with ``server_for``, the
+server of the key) is skipped until the period ends.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any, TypeVar
 from tunesmith.cache.entry import BadEntry, decode, encode
 from tunesmith.counters import bump
 from tunesmith.errors import TunesmithWarning
-from tunesmith_hookspecs import CacheLayer, SerdeError
+from tunesmith_hookspecs import CacheLayer, SerdeError, SharedCacheLayer
 
 T = TypeVar("T")
 
-#: layer name -> monotonic time until which it is skipped
+#: layer name (or "layer@server") -> monotonic time until which it is skipped
 _backoff: dict[str, float] = {}
 
 
@@ -30,6 +31,12 @@ def _scope(layer: CacheLayer) -> str:
     return "local" if layer.name == "local" else "remote"
 
 
+def _where(layer: CacheLayer, key: str) -> str:
+    """What a failure backs off: the layer, or the layer's server for ``key``."""
+    server_for = getattr(layer, "server_for", None)
+    return f"{layer.name}@{server_for(key)}" if server_for is not None else layer.name
+
+
 class CacheStack:
     """Persistent layers in order, for entries of one ``kind`` (``autotune``, ``compiled_graph``)."""
 
@@ -39,34 +46,43 @@ class CacheStack:
         self.secret = secret
         self.backoff_s = backoff_s
 
-    def _usable(self, layer: CacheLayer) -> bool:
-        return _backoff.get(layer.name, 0.0) <= time.monotonic()
+    def _usable(self, layer: CacheLayer, key: str) -> bool:
+        return _backoff.get(_where(layer, key), 0.0) <= time.monotonic()
 
-    def _failed(self, layer: CacheLayer, action: str, exc: Exception) -> None:
+    def failed(self, layer: CacheLayer, key: str, action: str, exc: Exception) -> None:
+        """Count and warn about a layer's error, and skip that layer (or server) for a while."""
+        where = _where(layer, key)
         bump(f"{_scope(layer)}_cache_error")
-        _backoff[layer.name] = time.monotonic() + self.backoff_s
+        _backoff[where] = time.monotonic() + self.backoff_s
         warnings.warn(
-            f"cache layer {layer.name!r} failed to {action} ({type(exc).__name__}: {exc}); "
+            f"cache layer {where!r} failed to {action} ({type(exc).__name__}: {exc}); "
             f"skipping it for {self.backoff_s:g} s",
             TunesmithWarning,
             stacklevel=3,
         )
 
-    def get(self, key: str, parse: Callable[[Any], T]) -> tuple[T, str] | None:
-        """The first valid entry for ``key`` and the name of its layer; bad entries are misses."""
+    def lock_layer(self, key: str) -> SharedCacheLayer | None:
+        """The first layer that offers single-flight locks and is not being skipped for ``key``."""
+        return next((x for x in self.layers if isinstance(x, SharedCacheLayer) and self._usable(x, key)), None)
+
+    def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False) -> tuple[T, str] | None:
+        """The first valid entry for ``key`` and the name of its layer; bad entries are misses.
+        ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry)."""
         for i, layer in enumerate(self.layers):
-            if not self._usable(layer):
+            if not self._usable(layer, key):
                 continue
             try:
                 raw = layer.get(key)
             except Exception as exc:  # noqa: BLE001 - a layer's failure is a miss, never a crash
-                self._failed(layer, "read", exc)
+                self.failed(layer, key, "read", exc)
                 continue
             value = None
             if raw is not None:
                 try:
                     value = parse(decode(raw, self.kind, key, self.secret))
                 except (BadEntry, SerdeError) as exc:
+                    if quiet:
+                        continue
                     bump("cache_entry_invalid")
                     warnings.warn(
                         f"ignoring invalid {self.kind} entry {key[:16]}... in cache layer {layer.name!r}: {exc}",
@@ -74,7 +90,8 @@ class CacheStack:
                         stacklevel=2,
                     )
             if value is None:
-                bump(f"{self.kind}_{_scope(layer)}_miss")
+                if not quiet:
+                    bump(f"{self.kind}_{_scope(layer)}_miss")
                 continue
             bump(f"{self.kind}_{_scope(layer)}_hit")
             self._put_into(self.layers[:i], key, raw)
@@ -87,11 +104,11 @@ class CacheStack:
 
     def _put_into(self, layers: Sequence[CacheLayer], key: str, raw: bytes) -> None:
         for layer in layers:
-            if not self._usable(layer):
+            if not self._usable(layer, key):
                 continue
             try:
                 layer.put(key, raw)
             except Exception as exc:  # noqa: BLE001 - a layer's failure must not lose the result
-                self._failed(layer, "write", exc)
+                self.failed(layer, key, "write", exc)
             else:
                 bump(f"{self.kind}_{_scope(layer)}_put")

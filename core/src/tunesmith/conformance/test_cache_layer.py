@@ -200,3 +200,42 @@ def test_an_unreachable_server_is_a_miss_with_a_warning_in_bounded_time(
     reset_backoff()
     assert elapsed < UNREACHABLE_BOUND_S, f"a dead server cost {elapsed:.1f} s (bound {UNREACHABLE_BOUND_S:g} s)"
     assert any(issubclass(w.category, TunesmithWarning) for w in caught), "a dead server gave no TunesmithWarning"
+
+
+def test_listing_finds_what_was_put(layers: list[Any]) -> None:
+    """A ``ListableCacheLayer`` (``keys``, ``stats``) sees the keys written to it."""
+    from tunesmith_hookspecs import ListableCacheLayer
+
+    listable = [layer for layer in layers if isinstance(layer, ListableCacheLayer)]
+    if not listable:
+        pytest.skip("no layer has keys(), stats() and clear(): tunesmith cache export cannot list it")
+    for layer in listable:
+        key = fresh_key("listed")
+        layer.put(key, stamped("listed", 100))
+        assert key in set(layer.keys()), f"layer {layer.name!r}: keys() does not list a key just written"
+        stats = layer.stats()
+        assert isinstance(stats.get("entries"), int) and stats["entries"] >= 1, f"layer {layer.name!r}: {stats}"
+
+
+def test_a_lock_has_one_holder_and_expires(layers: list[Any]) -> None:
+    """A ``SharedCacheLayer``'s lock: one holder at a time, freed only by its token or its expiry."""
+    from tunesmith_hookspecs import SharedCacheLayer
+
+    shared = [layer for layer in layers if isinstance(layer, SharedCacheLayer)]
+    if not shared:
+        pytest.skip("no layer has acquire(), refresh() and release(): no single-flight through it")
+    for layer in shared:
+        key = fresh_key("lock")
+        token = layer.acquire(key, 1.0)
+        assert token is not None, f"layer {layer.name!r}: a free lock was not acquired"
+        assert layer.acquire(key, 1.0) is None, f"layer {layer.name!r}: a held lock was acquired again"
+        layer.release(key, "not-the-token")
+        assert layer.acquire(key, 1.0) is None, f"layer {layer.name!r}: a wrong token released the lock"
+        assert layer.refresh(key, token, 1.0), f"layer {layer.name!r}: the holder could not refresh its lock"
+        assert not layer.refresh(key, "not-the-token", 1.0), f"layer {layer.name!r}: a wrong token refreshed it"
+        time.sleep(2.1)
+        assert not layer.refresh(key, token, 1.0), f"layer {layer.name!r}: an expired lock was refreshed"
+        again = layer.acquire(key, 5.0)
+        assert again is not None and again != token, f"layer {layer.name!r}: an expired lock was not freed"
+        layer.release(key, again)
+        assert layer.acquire(key, 5.0) is not None, f"layer {layer.name!r}: release() did not free the lock"

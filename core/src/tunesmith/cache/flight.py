@@ -1,0 +1,114 @@
+"""Single-flight across processes: of many processes that miss the same key at once, one tunes
+while the others wait for its entry.
+
+The lock lives in the first shared layer (Redis, memcached) and has a token and an expiry; the
+holder refreshes it while it tunes, so a holder that dies frees it within ``cache_lock_ttl_s``
+and a waiter takes over. A waiter gives up after ``cache_lock_wait_s`` and tunes itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from tunesmith.cache.stack import CacheStack
+from tunesmith.counters import bump
+from tunesmith.errors import TunesmithWarning
+from tunesmith_hookspecs import SharedCacheLayer
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: the longest pause between two looks for another process's entry
+MAX_POLL_S = 0.5
+
+
+class SingleFlight(Generic[T]):
+    """``with SingleFlight(stack, key, parse, ttl_s, wait_s) as found:`` ``found`` is the entry
+    another process stored while this one waited, or None: then tune, put, and leave the block,
+    which releases the lock (if this process got one)."""
+
+    def __init__(
+        self, stack: CacheStack, key: str, parse: Callable[[Any], T], ttl_s: float | None, wait_s: float
+    ) -> None:
+        self.stack, self.key, self.parse, self.ttl_s, self.wait_s = stack, key, parse, ttl_s, wait_s
+        self._held: tuple[SharedCacheLayer, str] | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def __enter__(self) -> tuple[T, str] | None:
+        if not self.ttl_s:
+            return None
+        deadline = time.monotonic() + self.wait_s
+        pause, waiting = 0.02, False
+        while True:
+            layer = self.stack.lock_layer(self.key)
+            if layer is None:
+                return None  # no shared layer (or it is failing): tune alone
+            try:
+                token = layer.acquire(self.key, self.ttl_s)
+            except Exception as exc:  # noqa: BLE001 - a failing lock is no lock, never a crash
+                self.stack.failed(layer, self.key, "lock", exc)
+                continue
+            if token is not None:
+                found = self.stack.get(self.key, self.parse, quiet=True)  # stored since our miss?
+                if found is not None:
+                    self._release(layer, token)
+                    return found
+                self._hold(layer, token)
+                return None
+            if not waiting:
+                waiting = True
+                bump("autotune_lock_waited")
+                log.info("another process is tuning %s...; waiting for its result", self.key[:16])
+            found = self.stack.get(self.key, self.parse, quiet=True)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                bump("autotune_lock_timeout")
+                warnings.warn(
+                    f"waited {self.wait_s:g} s (cache_lock_wait_s) for another process to tune "
+                    f"{self.key[:16]}...; tuning it here too",
+                    TunesmithWarning,
+                    stacklevel=3,
+                )
+                return None
+            time.sleep(pause)
+            pause = min(pause * 1.5, MAX_POLL_S)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._held is not None:
+            self._stop.set()
+            if self._heartbeat is not None:
+                self._heartbeat.join()
+            self._release(*self._held)
+            self._held = None
+
+    def _hold(self, layer: SharedCacheLayer, token: str) -> None:
+        """Keep the lock alive (refreshed every third of its expiry) until the block ends."""
+        bump("autotune_lock_held")
+        self._held = (layer, token)
+        self._heartbeat = threading.Thread(target=self._refresh, args=(layer, token), daemon=True)
+        self._heartbeat.start()
+
+    def _refresh(self, layer: SharedCacheLayer, token: str) -> None:
+        assert self.ttl_s
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if not layer.refresh(self.key, token, self.ttl_s):
+                    log.warning("lost the tuning lock of %s... (it expired); others may tune it too", self.key[:16])
+                    return
+            except Exception as exc:  # noqa: BLE001 - the lock then expires; tuning goes on
+                log.warning("cannot refresh the tuning lock of %s...: %s", self.key[:16], exc)
+                return
+
+    def _release(self, layer: SharedCacheLayer, token: str) -> None:
+        try:
+            layer.release(self.key, token)
+        except Exception as exc:  # noqa: BLE001 - the lock then expires on its own
+            log.warning("cannot release the tuning lock of %s...: %s", self.key[:16], exc)
