@@ -26,9 +26,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 SECRET = "load-test-secret"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def free_port() -> int:
@@ -148,7 +159,7 @@ def main() -> None:
     total = len(latencies)
     result = {
         "benchmark": "redis_load",
-        "device": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (clients and server)",
+        "device": f"{cpu_name()}, {os.cpu_count()} CPUs (clients and server share them)",
         "redis_server": redis_version,
         "python": platform.python_version(),
         "processes": args.processes,
