@@ -189,15 +189,22 @@ def _cache(args: argparse.Namespace) -> int:
             _cache_stats(layers)
         elif args.action == "clear":
             for layer in layers:
-                if hasattr(layer, "clear"):
-                    out.print(f"{layer.name}: removed {layer.clear()} entries")
-                else:
-                    out.print(f"{layer.name}: this layer cannot be cleared from here")
+                _cache_clear(layer)
         elif args.file is None:
             raise TunesmithError(f"tunesmith cache {args.action} needs a FILE: tunesmith cache {args.action} FILE")
         else:
             _cache_transfer(args.action, Path(args.file), layers, settings.cache_secret)
     return 0
+
+
+def _cache_clear(layer: Any) -> None:
+    if not hasattr(layer, "clear"):
+        out.print(f"{layer.name}: this layer cannot be cleared from here")
+        return
+    try:
+        out.print(f"{layer.name}: removed {layer.clear()} entries")
+    except Exception as exc:  # noqa: BLE001 - one layer down does not stop the others
+        err.print(f"[red]{layer.name}: cannot clear it[/]: {type(exc).__name__}: {exc}")
 
 
 def _cache_stats(layers: Sequence[Any]) -> None:
@@ -234,7 +241,8 @@ def _cache_transfer(action: str, path: Path, layers: Sequence[Any], secret: str 
                 document = json.loads(path.read_text())
             except (OSError, ValueError) as exc:
                 raise TransferError(f"cannot read the export {path}: {exc}") from None
-            size = len(document.get("entries", [])) if isinstance(document, dict) else None
+            entries = document.get("entries") if isinstance(document, dict) else None
+            size = len(entries) if isinstance(entries, list) else None
             task = progress.add_task("importing", total=size)
             report = import_entries(document, layers, secret, lambda: progress.advance(task))
             total = f"{size} entries from {path}"

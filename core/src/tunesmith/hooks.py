@@ -126,7 +126,7 @@ def choices(problem: Problem, options: Options) -> tuple[list[Choice], dict[str,
         if name in options.disabled_plugins:
             reasons[name] = "disabled by the disabled_plugins setting"
             continue
-        status = plugin_status(name)
+        status = plugin_status(name, options)
         if not status.runnable:
             reasons[name] = f"cannot run here: {status.reason}"
             continue
@@ -164,7 +164,7 @@ def rebuild_choices(specs: Sequence[ChoiceSpec], problem: Problem, options: Opti
     system = get_system()
     found: list[Choice | None] = [None] * len(specs)
     backends = {s.backend for s in specs}
-    usable = {b for b in backends if b not in options.disabled_plugins and plugin_status(b).runnable}
+    usable = {b for b in backends if b not in options.disabled_plugins and plugin_status(b, options).runnable}
     rebuilders = list(_impls(system, "tunesmith_rebuild_choice", options))
     for i, spec in enumerate(specs):
         if spec.backend in usable:

@@ -53,7 +53,7 @@ class SingleFlight(Generic[T]):
             try:
                 token = layer.acquire(self.key, self.ttl_s)
             except Exception as exc:  # noqa: BLE001 - a failing lock is no lock, never a crash
-                self.stack.failed(layer, self.key, "lock", exc)
+                self.stack.failed(layer, self.key, "take a lock", exc)
                 continue
             if token is not None:
                 found = self.stack.get(self.key, self.parse, quiet=True)  # stored since our miss?
@@ -97,18 +97,24 @@ class SingleFlight(Generic[T]):
         self._heartbeat.start()
 
     def _refresh(self, layer: SharedCacheLayer, token: str) -> None:
+        """Refresh until the block ends or the lock is lost; a failed refresh is retried next time
+        (while the layer is skipped after a failure, the lock may expire: tuning goes on)."""
         assert self.ttl_s
         while not self._stop.wait(self.ttl_s / 3):
+            if not self.stack.usable(layer, self.key):
+                continue
             try:
                 if not layer.refresh(self.key, token, self.ttl_s):
                     log.warning("lost the tuning lock of %s... (it expired); others may tune it too", self.key[:16])
                     return
-            except Exception as exc:  # noqa: BLE001 - the lock then expires; tuning goes on
-                log.warning("cannot refresh the tuning lock of %s...: %s", self.key[:16], exc)
-                return
+            except Exception as exc:  # noqa: BLE001 - counted; the next period tries again
+                self.stack.failed(layer, self.key, "refresh a lock", exc)
 
     def _release(self, layer: SharedCacheLayer, token: str) -> None:
+        """Give the lock back, unless the layer is failing (then it expires on its own)."""
+        if not self.stack.usable(layer, self.key):
+            return
         try:
             layer.release(self.key, token)
-        except Exception as exc:  # noqa: BLE001 - the lock then expires on its own
-            log.warning("cannot release the tuning lock of %s...: %s", self.key[:16], exc)
+        except Exception as exc:  # noqa: BLE001 - counted; the lock then expires on its own
+            self.stack.failed(layer, self.key, "release a lock", exc)

@@ -46,7 +46,8 @@ class CacheStack:
         self.secret = secret
         self.backoff_s = backoff_s
 
-    def _usable(self, layer: CacheLayer, key: str) -> bool:
+    def usable(self, layer: CacheLayer, key: str) -> bool:
+        """Whether ``layer`` (or its server for ``key``) is not being skipped after a failure."""
         return _backoff.get(_where(layer, key), 0.0) <= time.monotonic()
 
     def failed(self, layer: CacheLayer, key: str, action: str, exc: Exception) -> None:
@@ -63,13 +64,13 @@ class CacheStack:
 
     def lock_layer(self, key: str) -> SharedCacheLayer | None:
         """The first layer that offers single-flight locks and is not being skipped for ``key``."""
-        return next((x for x in self.layers if isinstance(x, SharedCacheLayer) and self._usable(x, key)), None)
+        return next((x for x in self.layers if isinstance(x, SharedCacheLayer) and self.usable(x, key)), None)
 
     def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False) -> tuple[T, str] | None:
         """The first valid entry for ``key`` and the name of its layer; bad entries are misses.
         ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry)."""
         for i, layer in enumerate(self.layers):
-            if not self._usable(layer, key):
+            if not self.usable(layer, key):
                 continue
             try:
                 raw = layer.get(key)
@@ -104,7 +105,7 @@ class CacheStack:
 
     def _put_into(self, layers: Sequence[CacheLayer], key: str, raw: bytes) -> None:
         for layer in layers:
-            if not self._usable(layer, key):
+            if not self.usable(layer, key):
                 continue
             try:
                 layer.put(key, raw)

@@ -7,6 +7,7 @@ says so.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tunesmith.options import parse_seconds
@@ -53,12 +54,13 @@ def tunesmith_cache_backends(options: Any) -> list[MemcacheLayer]:
     return [_layer(options)] if options.memcache_servers else []
 
 
-_layers: dict[tuple[Any, ...], MemcacheLayer] = {}
+_layers: dict[tuple[int, Any], MemcacheLayer] = {}
 
 
 def _layer(options: Any) -> MemcacheLayer:
-    """One layer (one connection pool per server) per configuration, kept for the process."""
+    """One layer (one connection pool per server) per configuration, kept for the process; a
+    forked child makes its own (pymemcache's sockets must not be shared with the parent)."""
     config = (options.memcache_servers, options.memcache_timeout_s, options.memcache_ttl_s)
-    if config not in _layers:
-        _layers[config] = MemcacheLayer(*config)
-    return _layers[config]
+    if (os.getpid(), config) not in _layers:
+        _layers[os.getpid(), config] = MemcacheLayer(*config)
+    return _layers[os.getpid(), config]

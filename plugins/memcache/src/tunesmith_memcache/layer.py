@@ -9,13 +9,16 @@ so that concurrent writers never mix their chunks and a reader checks what it pu
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 from pymemcache.client.base import PooledClient
@@ -30,7 +33,11 @@ CHUNK_BYTES = 512 * 1024
 #: memcached reads an expiry above 30 days as a Unix time
 RELATIVE_EXPIRY_LIMIT_S = 30 * 24 * 3600
 
+#: the most chunks one entry may have (64 MiB): a manifest naming more is not ours
+MAX_CHUNKS = 128
+
 INLINE, MANIFEST = b"=", b"#"
+_HEX16 = re.compile(r"^[0-9a-f]{16}$")
 
 
 def parse_servers(value: object) -> tuple[tuple[str, int], ...] | None:
@@ -47,6 +54,25 @@ def parse_servers(value: object) -> tuple[tuple[str, int], ...] | None:
             raise ValueError(f"host:port,host:port, or none ({item!r} is not host:port)")
         servers.append((host.strip("[]"), int(port)))
     return tuple(servers)
+
+
+def _manifest(text: bytes) -> dict[str, Any] | None:
+    """A chunk manifest as written by ``put``, or None for anything else (another writer's bytes
+    must not become keys, or a huge list of them)."""
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return None
+    ok = (
+        isinstance(manifest, dict)
+        and set(manifest) == {"id", "n", "sha256"}
+        and isinstance(manifest["id"], str)
+        and _HEX16.match(manifest["id"])
+        and type(manifest["n"]) is int
+        and 1 <= manifest["n"] <= MAX_CHUNKS
+        and isinstance(manifest["sha256"], str)
+    )
+    return manifest if ok else None
 
 
 def _expiry(ttl_s: float | None) -> int:
@@ -86,12 +112,11 @@ class MemcacheLayer:
         raw = client.get(ENTRY + key)
         if raw is None or raw[:1] != MANIFEST:
             return raw[1:] if raw is not None and raw[:1] == INLINE else raw
-        try:
-            manifest = json.loads(raw[1:])
-            names = [f"{CHUNK}{key}:{manifest['id']}:{i}" for i in range(int(manifest["n"]))]
-            digest = manifest["sha256"]
-        except (ValueError, KeyError, TypeError):
+        manifest = _manifest(raw[1:])
+        if manifest is None:
             return raw  # not ours: the core reads it as an invalid entry
+        names = [f"{CHUNK}{key}:{manifest['id']}:{i}" for i in range(manifest["n"])]
+        digest = manifest["sha256"]
         chunks = client.get_many(names)
         value = b"".join(chunks.get(n, b"") for n in names)
         if len(chunks) != len(names) or hashlib.sha256(value).hexdigest() != digest:
@@ -117,14 +142,17 @@ class MemcacheLayer:
 
     # --- single-flight ---
 
+    # memcached's clock ticks once a second, so an expiry of n seconds lasts between n-1 and n:
+    # a lock gets one second more, so that it never lasts less than asked.
+
     def acquire(self, key: str, ttl_s: float) -> str | None:
         token = os.urandom(16).hex()
-        return token if self._client(key).add(LOCK + key, token.encode(), expire=_expiry(ttl_s)) else None
+        return token if self._client(key).add(LOCK + key, token.encode(), expire=_expiry(ttl_s + 1)) else None
 
     def refresh(self, key: str, token: str, ttl_s: float) -> bool:
         client = self._client(key)
         held, cas = client.gets(LOCK + key)
-        return held == token.encode() and bool(client.cas(LOCK + key, held, cas, expire=_expiry(ttl_s)))
+        return held == token.encode() and bool(client.cas(LOCK + key, held, cas, expire=_expiry(ttl_s + 1)))
 
     def release(self, key: str, token: str) -> None:
         client = self._client(key)
@@ -159,24 +187,36 @@ class MemcacheLayer:
         return sum(key.startswith(ENTRY) for _, key, _ in found)
 
 
-def metadump(server: str, timeout_s: float) -> Iterator[tuple[str, int]]:
+def metadump(server: str, timeout_s: float, busy_tries: int = 50) -> Iterator[tuple[str, int]]:
     """Every (key, size) a memcached server holds, by its ``lru_crawler metadump all`` command
-    (memcached 1.4.31 and later), which pymemcache does not speak."""
+    (memcached 1.4.31 and later), which pymemcache does not speak. The crawler serves one dump
+    at a time: a ``BUSY`` server is asked again, a little later."""
     host, _, port = server.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-        sock.sendall(b"lru_crawler metadump all\r\n")
-        buffer = b""
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError(f"memcached {server} closed the connection during metadump")
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")  # records end in \n, the closing END in \r\n
-            for line in (line.rstrip(b"\r") for line in lines):
+    for _ in range(busy_tries):
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.sendall(b"lru_crawler metadump all\r\n")
+            lines = _lines(sock, server)
+            first = next(lines)
+            if first.startswith(b"BUSY"):
+                time.sleep(0.1)
+                continue
+            for line in itertools.chain([first], lines):
                 if line == b"END":
                     return
-                if line.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")):
+                if not line.startswith(b"key="):
                     raise ConnectionError(f"memcached {server} refused metadump: {line.decode(errors='replace')}")
                 fields = dict(f.split(b"=", 1) for f in line.split() if b"=" in f)
-                if b"key" in fields:
-                    yield unquote(fields[b"key"].decode()), int(fields.get(b"size", b"0"))
+                yield unquote(fields[b"key"].decode()), int(fields.get(b"size", b"0"))
+    raise ConnectionError(f"memcached {server} stayed busy with another metadump")
+
+
+def _lines(sock: socket.socket, server: str) -> Iterator[bytes]:
+    """The lines of a reply (records end in \\n, the closing END in \\r\\n)."""
+    buffer = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError(f"memcached {server} closed the connection during metadump")
+        *lines, buffer = (buffer + data).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r")
