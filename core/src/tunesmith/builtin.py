@@ -1,4 +1,5 @@
-"""The core's own plugin (registered as ``core``): the local disk layer and the default benchmarker.
+"""The core's own plugin (registered as ``core``): the local disk layer, the default benchmarker and
+the ``eager`` graph compiler.
 
 They go through the same hooks as any plugin's, so a plugin can replace the benchmarker, and the
 ``caches`` setting orders ``local`` among the other layers.
@@ -6,7 +7,8 @@ They go through the same hooks as any plugin's, so a plugin can replace the benc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tunesmith.bench import DefaultBenchmarker
 from tunesmith.cache.local import LocalDiskCache
@@ -22,3 +24,13 @@ def tunesmith_cache_backends(options: Options) -> Sequence[CacheLayer]:
 @hookimpl(trylast=True)
 def tunesmith_benchmarker(options: Options) -> Benchmarker:
     return DefaultBenchmarker(options)
+
+
+@hookimpl(trylast=True)
+def tunesmith_graph_compiler(options: Options) -> Callable[..., Any] | None:
+    """``eager``: the lowered graph runs as it is (``inductor`` drives its own pipeline instead)."""
+    if options.graph_compiler != "eager":
+        return None
+    from tunesmith.compile.backend import eager
+
+    return eager

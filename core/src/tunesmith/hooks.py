@@ -260,3 +260,48 @@ def selection_done(report: SelectionReport, options: Options) -> None:
             call_impl(impl, report=report)
         except Exception:
             log.exception("tunesmith_selection_done of plugin %r raised", impl.plugin_name)
+
+
+def _collected(hook: str, options: Options, **kwargs: Any) -> list[tuple[str, Any]]:
+    """(plugin, item) for every item of a sequence hook, in pluggy's call order. A plugin whose
+    hook raises or returns no sequence fails the compile, naming it: a pass left out silently
+    would change results."""
+    found = []
+    for impl in _impls(get_system(), hook, options):
+        try:
+            result = call_impl(impl, **kwargs)
+        except Exception as exc:
+            raise PluginOutputError(f"{hook} of plugin {impl.plugin_name!r} raised {describe_error(exc)}") from exc
+        found.extend((impl.plugin_name, item) for item in _sequence(impl.plugin_name, hook, result))
+    return found
+
+
+def graph_passes(hook: str, options: Options, stage: str | None = None) -> list[Any]:
+    """The passes of one of the pass hooks (``tunesmith_pre_grad_passes``, ...), each callable."""
+    passes = []
+    for plugin, item in _collected(hook, options, **({"stage": stage} if stage else {})):
+        if not callable(item):
+            raise PluginOutputError(f"{hook} of plugin {plugin!r} gave {item!r}, which is not callable")
+        passes.append(item)
+    return passes
+
+
+def lowerings(options: Options) -> list[Any]:
+    """Every plugin's extra lowerings (objects with ``name`` and ``match(node)``)."""
+    found = []
+    for plugin, item in _collected("tunesmith_lowerings", options):
+        if not callable(getattr(item, "match", None)) or not isinstance(getattr(item, "name", None), str):
+            raise PluginOutputError(f"tunesmith_lowerings of plugin {plugin!r} gave {item!r}: no name and match()")
+        found.append(item)
+    return found
+
+
+def graph_compiler(options: Options) -> Any:
+    """What compiles the rest of a graph (``graph_compiler``), from the first plugin that answers."""
+    result = _subset(get_system(), "tunesmith_graph_compiler", options)(options=options)
+    if not callable(result):
+        raise TunesmithError(
+            f"graph_compiler={options.graph_compiler!r}: no plugin compiles graphs by that name "
+            f"(the core has 'eager' and 'inductor')"
+        )
+    return result

@@ -8,12 +8,13 @@ compare any kernel's output with :func:`reference` through :func:`relative_error
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from tunesmith_hookspecs import Problem
+from tunesmith_hookspecs import EpilogueOp, Problem
 
 _UNARY = {
     "relu": torch.relu,
@@ -27,27 +28,31 @@ _UNARY = {
 
 def run_op(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """The op alone (no epilogue), with torch's own kernels, in the tensors' dtype."""
+    return compute(problem.op, dict(problem.scalars), tensors)
+
+
+def compute(op: str, scalars: Mapping[str, Any], tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """:func:`run_op` from the op's name and scalars (fake tensors work too)."""
     t = tensors
-    alpha, beta = problem.scalar("alpha", 1.0), problem.scalar("beta", 1.0)
-    if problem.op == "mm":
+    alpha, beta = scalars.get("alpha", 1.0), scalars.get("beta", 1.0)
+    if op == "mm":
         return torch.mm(t[0], t[1])
-    if problem.op == "addmm":
+    if op == "addmm":
         return torch.addmm(t[0], t[1], t[2], beta=beta, alpha=alpha)
-    if problem.op == "bmm":
+    if op == "bmm":
         return torch.bmm(t[0], t[1])
-    if problem.op == "baddbmm":
+    if op == "baddbmm":
         return torch.baddbmm(t[0], t[1], t[2], beta=beta, alpha=alpha)
-    if problem.op == "mm_plus_mm":
+    if op == "mm_plus_mm":
         return torch.mm(t[0], t[1]) + torch.mm(t[2], t[3])
-    bias = t[2] if problem.num_op_inputs == 3 else None
     return F.conv2d(
         t[0],
         t[1],
-        bias,
-        stride=tuple(problem.scalar("stride")),
-        padding=tuple(problem.scalar("padding")),
-        dilation=tuple(problem.scalar("dilation")),
-        groups=problem.scalar("groups"),
+        t[2] if len(t) == 3 else None,
+        stride=tuple(scalars["stride"]),
+        padding=tuple(scalars["padding"]),
+        dilation=tuple(scalars["dilation"]),
+        groups=scalars["groups"],
     )
 
 
@@ -56,8 +61,14 @@ def apply_epilogue(
 ) -> torch.Tensor:
     """Apply the epilogue chain to ``out``. The running dtype changes only at a ``cast`` step;
     with ``exact`` (the float64 reference) values stay float64 and a cast only rounds them."""
-    dtype = getattr(torch, problem.inputs[0].dtype)
-    for step in problem.epilogue:
+    return apply_steps(problem.epilogue, out, tensors, exact)
+
+
+def apply_steps(
+    steps: Sequence[EpilogueOp], out: torch.Tensor, tensors: Sequence[torch.Tensor], exact: bool = False
+) -> torch.Tensor:
+    """:func:`apply_epilogue` from the steps alone (fake tensors work too)."""
+    for step in steps:
         if step.name in _UNARY:
             out = _UNARY[step.name](out)
         elif step.name == "cast":

@@ -92,9 +92,16 @@ def tunesmith_plugin_status(options: Any) -> PluginStatus | None:
 def tunesmith_lowerings() -> Sequence[Any]:
     """Extra op-pattern -> Problem lowerings for the ``torch.compile`` backend.
 
+    The backend walks each graph after AOTAutograd (ATen ops, ``node.meta["val"]`` holding a
+    fake tensor of every value) from the last node to the first, and offers each node to the
+    plugins' lowerings, then to its own (mm, addmm, bmm, baddbmm, ``mm + mm``, convolution).
+    The first :class:`~tunesmith_hookspecs.types.LoweringMatch` wins; the core then takes in the
+    pointwise ops that follow ``root`` (relu, gelu, silu, add, mul, casts, ...), checks dtypes and
+    shapes (a match it cannot lower is left in the graph), and replaces the whole chain with one
+    call of the ``tunesmith::gemm`` custom op, tuned like ``tunesmith.tune(op, *inputs)``.
+
     :returns: a sequence of lowering objects, each with a ``name`` and a
-        ``match(node: torch.fx.Node)`` method returning the matched nodes and the Problem they
-        form, or ``None``. The compile backend documents the exact shape of a match.
+        ``match(node: torch.fx.Node) -> LoweringMatch | None`` method.
 
     Example::
 

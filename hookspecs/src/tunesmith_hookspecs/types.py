@@ -163,6 +163,23 @@ class Problem:
 
 
 @attrs.frozen
+class LoweringMatch:
+    """What a lowering of the ``torch.compile`` backend found at one FX node.
+
+    ``op`` is the GEMM-family op (one of :data:`OPS`); ``inputs`` are the FX nodes of its tensors in
+    the torch op's order (addmm: bias, mat1, mat2; mm_plus_mm: a, b, c, d; conv: input, weight and
+    optionally bias); ``root`` is the node whose value is the op's result (the core then takes in
+    the chain of pointwise ops that follows it); ``scalars`` are alpha/beta or the convolution's
+    stride, padding, dilation and groups, as ``tunesmith.tune`` takes them.
+    """
+
+    op: str = attrs.field(validator=attrs.validators.in_(OPS))
+    inputs: tuple[Any, ...] = attrs.field(converter=tuple)
+    root: Any
+    scalars: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
 class ChoiceSpec:
     """Names one candidate kernel: its backend (the plugin's entry-point name), template, params.
 

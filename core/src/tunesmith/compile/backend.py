@@ -1,0 +1,76 @@
+"""``torch.compile(model, backend="tunesmith", options={...})``: the pipeline of DESIGN.md.
+
+Pre-grad passes on the Dynamo graph, then AOTAutograd (forward and backward, so training GEMMs
+are tuned too) with the joint-graph passes on the joint graph (or the inference graph), then the
+post-grad stage on each graph (passes, compiled-graph cache, lowering, tuning), then the graph
+compiler for the rest: ``eager`` runs the lowered FX graph as is, a plugin's
+``tunesmith_graph_compiler`` gets it to compile, and ``inductor`` hands the whole pipeline to
+Inductor with tunesmith's stages as its custom passes, so that Inductor compiles everything but
+tunesmith's GEMMs, which it calls as extern kernels.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch.fx as fx
+
+from tunesmith import hooks
+from tunesmith.compile.stages import post_grad, run_passes
+from tunesmith.options import Options
+from tunesmith.settings import current_options
+
+log = logging.getLogger(__name__)
+
+
+def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None) -> Any:
+    """The ``tunesmith`` backend of ``torch.compile`` (registered under ``torch_dynamo_backends``)."""
+    settings = current_options(options)
+    run_passes("pre_grad", gm.graph, settings)
+    gm.recompile()
+    if settings.graph_compiler == "inductor":
+        from tunesmith.compile.inductor import compile_with_inductor
+
+        return compile_with_inductor(gm, example_inputs, settings)
+    codegen = hooks.graph_compiler(settings)
+    return _aot(gm, example_inputs, settings, codegen)
+
+
+def _aot(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, codegen: Callable[..., Any]) -> Any:
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import default_partition
+
+    def compiler(kind: str) -> Callable[..., Any]:
+        def compile_graph(graph_module: fx.GraphModule, inputs: Sequence[Any]) -> Any:
+            if kind == "inference":
+                joint_passes(graph_module.graph, settings)
+            post_grad(graph_module, settings, kind)
+            return codegen(graph_module, inputs)
+
+        return compile_graph
+
+    def partition(joint: fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        joint_passes(joint.graph, settings)
+        joint.recompile()
+        return default_partition(joint, joint_inputs, **kwargs)
+
+    return aot_autograd(
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        inference_compiler=compiler("inference"),
+        partition_fn=partition,
+    )(gm, example_inputs)
+
+
+def joint_passes(graph: fx.Graph, settings: Options) -> None:
+    run_passes("joint_pre", graph, settings)
+    run_passes("joint_post", graph, settings)
+
+
+def eager(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    """The ``eager`` graph compiler: the lowered FX graph runs as it is."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm.forward)

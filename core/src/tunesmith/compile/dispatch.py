@@ -1,0 +1,136 @@
+"""The ``tunesmith::gemm`` custom op that lowered graphs call, and its run-time dispatch.
+
+A call carries a *recipe* (JSON: the op, its scalars, the epilogue steps, the settings' id) and
+the tensors (the op's, then the epilogue operands). The first call with a new layout (shapes,
+strides, dtypes, device) builds the Problem and selects its kernel, through the caches or by
+tuning; every later call with that layout is one dict look-up. The fake implementation is the
+eager semantics on fake tensors, so the graph stays traceable (and Inductor treats the op as an
+extern call).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from tunesmith import ops
+from tunesmith.options import Options, to_payload
+from tunesmith.problem import build_problem, is_empty
+from tunesmith.selection import select
+from tunesmith.settings import current_options
+from tunesmith_hookspecs import EpilogueOp, Problem
+
+Kernel = Callable[..., torch.Tensor]
+
+
+@attrs.frozen
+class Recipe:
+    """What one lowered call computes, apart from its tensors' layouts."""
+
+    op: str
+    scalars: dict[str, Any]
+    epilogue: tuple[EpilogueOp, ...]
+    num_op_inputs: int
+    options_id: str
+
+    def to_json(self) -> str:
+        steps = [attrs.asdict(s, filter=lambda _, v: v is not None) for s in self.epilogue]
+        body = {"op": self.op, "scalars": self.scalars, "epilogue": steps, "n": self.num_op_inputs}
+        return json.dumps({**body, "options": self.options_id}, sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    @functools.lru_cache(maxsize=4096)
+    def from_json(text: str) -> Recipe:
+        data = json.loads(text)
+        steps = tuple(EpilogueOp(**s) for s in data["epilogue"])
+        return Recipe(data["op"], data["scalars"], steps, data["n"], data["options"])
+
+    def problem(self, tensors: Sequence[torch.Tensor]) -> tuple[Problem, list[torch.Tensor]]:
+        """The Problem of these tensors, as ``tunesmith.tune`` would build it."""
+        op_tensors, operands = tensors[: self.num_op_inputs], tensors[self.num_op_inputs :]
+        items: list[Any] = []
+        for step in self.epilogue:
+            if step.input is not None:
+                items.append((step.name, operands[step.input - self.num_op_inputs]))
+            elif step.scalar is not None:
+                items.append((step.name, step.scalar))
+            elif step.dtype is not None:
+                items.append((step.name, getattr(torch, step.dtype)))
+            else:
+                items.append(step.name)
+        return build_problem(self.op, op_tensors, dict(self.scalars), items)
+
+
+# --- settings by id: a recipe names the settings of the compile that made it ---
+
+_options: dict[str, Options] = {}
+
+
+def options_id(options: Options) -> str:
+    """A short id of these settings, remembered for the run-time dispatch of this process."""
+    payload = json.dumps(to_payload(options), sort_keys=True, default=str)
+    ident = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    _options.setdefault(ident, options)
+    return ident
+
+
+def _settings(ident: str) -> Options:
+    return _options.get(ident) or current_options()  # a graph cached by another process
+
+
+# --- the kernels known per (recipe, layout) ---
+
+_kernels: dict[tuple[Any, ...], Kernel] = {}
+_lock = threading.Lock()
+
+
+def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+    return (recipe, *((t.shape, t.stride(), t.dtype, t.device, t.storage_offset()) for t in tensors))
+
+
+def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel) -> None:
+    with _lock:
+        _kernels[layout_key(recipe, tensors)] = kernel
+
+
+def clear() -> None:
+    with _lock:
+        _kernels.clear()
+
+
+def select_kernel(recipe: str, tensors: Sequence[torch.Tensor]) -> Kernel:
+    """The kernel for tensors of this layout: selected (cached or tuned) at first sight."""
+    parsed = Recipe.from_json(recipe)
+    problem, inputs = parsed.problem(tensors)
+    if is_empty(problem):
+        kernel: Kernel = functools.partial(_eager, problem)
+    else:
+        with torch.no_grad():
+            kernel = select(problem, inputs, _settings(parsed.options_id)).kernel
+    remember(recipe, tensors, kernel)
+    return kernel
+
+
+def _eager(problem: Problem, *tensors: torch.Tensor) -> torch.Tensor:
+    return ops.run(problem, tensors)
+
+
+@torch.library.custom_op("tunesmith::gemm", mutates_args=())
+def gemm(recipe: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One lowered GEMM-family op with its epilogue (see the module docstring)."""
+    kernel = _kernels.get(layout_key(recipe, tensors)) or select_kernel(recipe, tensors)
+    return kernel(*tensors)
+
+
+@gemm.register_fake
+def _gemm_fake(recipe: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+    parsed = Recipe.from_json(recipe)
+    out = ops.compute(parsed.op, parsed.scalars, tensors[: parsed.num_op_inputs])
+    return ops.apply_steps(parsed.epilogue, out, tensors).contiguous()

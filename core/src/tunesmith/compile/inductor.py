@@ -1,0 +1,58 @@
+"""``graph_compiler="inductor"``: Inductor runs the pipeline, with tunesmith's stages as its custom
+passes (joint-graph "pre" and "post", post-grad "pre" with lowering and tuning, post-grad "post").
+
+The passes are Inductor ``CustomGraphPass`` objects whose uuid covers the settings and the
+user's passes, so Inductor's own FX graph cache keys on them; a graph it serves from that
+cache still calls ``tunesmith::gemm``, whose kernels then come from tunesmith's caches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch.fx as fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from tunesmith.compile.graphcache import _settings
+from tunesmith.compile.stages import all_passes, post_grad, run_passes
+from tunesmith.options import Options
+from tunesmith.passes import pass_uuid
+
+
+class _Stage(CustomGraphPass):
+    """One tunesmith stage as an Inductor custom pass."""
+
+    def __init__(self, run: Callable[[fx.Graph], None], ident: str) -> None:
+        self._run, self._ident = run, ident
+
+    def __call__(self, graph: fx.Graph) -> None:
+        self._run(graph)
+
+    def uuid(self) -> str:
+        return self._ident
+
+
+def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options) -> Any:
+    from torch._inductor.compile_fx import compile_fx
+
+    body = {"settings": _settings(settings), "passes": [pass_uuid(p) for p in all_passes(settings)]}
+    ident = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+    def lowering(graph: fx.Graph) -> None:
+        gm = graph.owning_module
+        if gm is None:  # Inductor runs post-grad passes on graphs of a GraphModule
+            raise RuntimeError("tunesmith: the post-grad graph has no GraphModule")
+        kind = (
+            "backward" if any(n.name.startswith("tangents") for n in graph.find_nodes(op="placeholder")) else "forward"
+        )
+        post_grad(gm, settings, kind)
+
+    patches = {
+        "joint_custom_pre_pass": _Stage(lambda g: run_passes("joint_pre", g, settings), f"{ident}-joint-pre"),
+        "joint_custom_post_pass": _Stage(lambda g: run_passes("joint_post", g, settings), f"{ident}-joint-post"),
+        "post_grad_custom_pre_pass": _Stage(lowering, f"{ident}-post-grad"),
+    }
+    return compile_fx(gm, example_inputs, config_patches=patches)

@@ -1,0 +1,345 @@
+"""``torch.compile(..., backend="tunesmith")`` on the CPU: results and gradients against eager,
+what gets lowered, the graph passes, dynamic shapes and the compiled-graph cache."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tunesmith
+from tunesmith.compile.dispatch import Recipe
+
+from conftest import rand
+
+TOL = 1e-4  # float32 against eager float32, relative by norm
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a - b).norm().item() <= TOL * max(b.norm().item(), 1e-12)
+
+
+class Recorder:
+    """A run-time plugin whose post-grad "post" pass records every lowered call and every op."""
+
+    def __init__(self) -> None:
+        self.calls: list[Recipe] = []
+        self.ops: Counter[str] = Counter()
+
+    @tunesmith.hookimpl
+    def tunesmith_post_grad_passes(self, stage):
+        return [self.record] if stage == "post" else []
+
+    def record(self, graph) -> None:
+        for node in graph.nodes:
+            if node.op == "call_function":
+                self.ops[str(node.target)] += 1
+                if str(node.target) == "tunesmith.gemm.default":
+                    self.calls.append(Recipe.from_json(node.args[0]))
+
+    def lowered(self) -> list[str]:
+        return [c.op + "".join(f"+{s.name}" for s in c.epilogue) for c in self.calls]
+
+
+@pytest.fixture
+def recorder(register):
+    rec = Recorder()
+    register(rec, "recorder")
+    return rec
+
+
+def leaves(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.detach().clone().requires_grad_() for t in tensors]
+
+
+def test_mm_plus_mm_with_relu_and_its_backward(recorder):
+    def f(a, b, c, d):
+        return torch.relu(a @ b + c @ d).sum()
+
+    inputs = [rand(33, 20), rand(20, 17), rand(33, 9), rand(9, 17)]
+    mine, ref = leaves(*inputs), leaves(*inputs)
+    out = torch.compile(f, backend="tunesmith")(*mine)
+    out.backward()
+    f(*ref).backward()
+    assert close(out, f(*inputs))
+    assert all(close(x.grad, y.grad) for x, y in zip(mine, ref, strict=True))
+    assert recorder.lowered()[0] == "mm_plus_mm+relu"  # the forward; the backward's four mms follow
+    assert sorted(recorder.lowered()[1:]) == ["mm"] * 4
+    assert tunesmith.counters["autotune_local_put"] == 5
+
+
+def test_addmm_with_a_1d_bias_and_a_fused_epilogue(recorder):
+    bias, a, b = rand(17), rand(33, 20), rand(20, 17)
+
+    def f(bias, a, b):
+        return F.gelu(torch.addmm(bias, a, b, beta=0.5)) * 2.0
+
+    assert close(torch.compile(f, backend="tunesmith")(bias, a, b), f(bias, a, b))
+    assert recorder.lowered() == ["addmm+gelu+mul"]
+    assert recorder.calls[0].scalars == {"alpha": 1, "beta": 0.5}
+
+
+def test_cat_of_two_addmms(recorder):
+    a, b, c = rand(16, 16), rand(16, 16), rand(16, 16)
+
+    def f(a, b, c):
+        return torch.cat([torch.addmm(a, b, c), torch.addmm(b, c, a)], 1)
+
+    assert close(torch.compile(f, backend="tunesmith")(a, b, c), f(a, b, c))
+    assert recorder.lowered() == ["addmm", "addmm"]
+
+
+def test_dynamic_shapes_tune_each_new_shape_without_recompiling(recorder):
+    compiles = Counter()
+
+    def counting(gm, example_inputs):
+        compiles["graphs"] += 1
+        return tunesmith.compile.backend(gm, example_inputs)
+
+    def f(x, w, bias, scale):
+        return torch.relu(x.T @ w.T + bias) * scale
+
+    g = torch.compile(f, backend=counting, dynamic=True)
+    for m in (24, 40):
+        x, w, bias, scale = rand(19, m), rand(13, 19), rand(13), rand(m, 13)
+        assert close(g(x, w, bias, scale), f(x, w, bias, scale))
+    assert compiles["graphs"] == 1
+    assert recorder.lowered() == ["mm+add+relu+mul"]
+    assert tunesmith.counters["autotune_local_put"] == 2  # one tuning per concrete shape, at first sight
+
+
+def test_matmul_then_dropout_with_backward():
+    x, w = rand(32, 24), rand(24, 16)
+    mine = leaves(x, w)
+
+    def f(x, w):
+        return F.dropout(x @ w, p=0.5, training=True)
+
+    out = torch.compile(f, backend="tunesmith")(*mine)
+    out.sum().backward()
+    kept = out != 0
+    assert 0 < kept.float().mean().item() < 1
+    assert close(out[kept], ((x @ w) * 2)[kept])  # the surviving values are scaled by 1 / (1 - p)
+    assert close(mine[1].grad, x.T @ (kept.float() * 2))
+
+
+def test_channels_last_1x1_conv(recorder):
+    x = rand(2, 16, 9, 7).to(memory_format=torch.channels_last)
+    w = rand(8, 16, 1, 1).to(memory_format=torch.channels_last)
+    bias = rand(8)
+
+    def f(x, w, bias):
+        return torch.relu(F.conv2d(x, w, bias))
+
+    assert close(torch.compile(f, backend="tunesmith")(x, w, bias), f(x, w, bias))
+    assert recorder.lowered() == ["conv+relu"]
+
+
+def test_zero_size_and_non_contiguous_inputs():
+    def f(a, b):
+        return torch.relu(a @ b)
+
+    g = torch.compile(f, backend="tunesmith")
+    empty = (rand(0, 5), rand(5, 4))
+    assert g(*empty).shape == (0, 4)
+    a, b = rand(20, 33)[:, ::2], rand(40, 17).T.contiguous().T[:17]  # strided, and column-major
+    torch._dynamo.reset()
+    assert close(torch.compile(f, backend="tunesmith")(a, b), f(a, b))
+
+
+def test_linear_stacks_in_training_match_eager_gradients():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.Tanh())
+    twin = torch.nn.Sequential(torch.nn.Linear(24, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.Tanh())
+    twin.load_state_dict(model.state_dict())
+    x = rand(16, 24)
+    compiled = torch.compile(model, backend="tunesmith")
+    for _ in range(2):
+        compiled(x).square().sum().backward()
+        twin(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        assert close(p.grad, q.grad), name
+
+
+# --- graph passes ---
+
+
+def cos_to_sin(graph):
+    for node in graph.nodes:
+        if node.target is torch.ops.aten.cos.default:
+            node.target = torch.ops.aten.sin.default
+
+
+@pytest.mark.parametrize("stage", ["pre", "post"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_joint_graph_pass_changes_the_result(register, stage, grad):
+    class Joint:
+        @tunesmith.hookimpl
+        def tunesmith_joint_graph_passes(self, stage):
+            return [cos_to_sin] if stage == wanted else []
+
+    wanted = stage
+    register(Joint(), "joint")
+    x, w = rand(8, 6), rand(6, 5)
+    (mine,) = leaves(x)
+    with torch.set_grad_enabled(grad):
+        out = torch.compile(lambda x, w: torch.cos(x) @ w, backend="tunesmith")(mine if grad else x, w)
+    assert close(out, torch.sin(x) @ w)
+
+
+def test_post_grad_passes_run_once_each(register):
+    runs = Counter()
+
+    class Post:
+        @tunesmith.hookimpl
+        def tunesmith_post_grad_passes(self, stage):
+            return [lambda graph: runs.update([stage])]
+
+    register(Post(), "post")
+    torch.compile(lambda a, b: a @ b, backend="tunesmith")(rand(4, 3), rand(3, 2))
+    assert runs == {"pre": 1, "post": 1}
+
+
+def merge_shared_weight_mms(graph):
+    """[x1 @ W, x2 @ W] -> one mm on cat([x1, x2]), split back."""
+    mms = [n for n in graph.nodes if n.op == "call_function" and n.target is torch.mm]
+    first, second = mms
+    assert first.args[1] is second.args[1]
+    with graph.inserting_before(first):
+        cat = graph.call_function(torch.cat, ([first.args[0], second.args[0]],))
+        both = graph.call_function(torch.mm, (cat, first.args[1]))
+        top = graph.call_function(torch.Tensor.__getitem__, (both, slice(None, first.meta["example_value"].shape[0])))
+        rest = graph.call_function(torch.Tensor.__getitem__, (both, slice(first.meta["example_value"].shape[0], None)))
+    first.replace_all_uses_with(top)
+    second.replace_all_uses_with(rest)
+    graph.erase_node(second)
+    graph.erase_node(first)
+
+
+def test_a_pre_grad_pass_merges_two_mms_into_one(register, recorder):
+    class Merge:
+        @tunesmith.hookimpl
+        def tunesmith_pre_grad_passes(self):
+            return [merge_shared_weight_mms]
+
+    register(Merge(), "merge")
+    x1, x2, w = rand(8, 6), rand(5, 6), rand(6, 4)
+
+    def f(x1, x2, w):
+        return torch.mm(x1, w) + 1, torch.mm(x2, w) * 2
+
+    out = torch.compile(f, backend="tunesmith")(x1, x2, w)
+    assert all(close(a, b) for a, b in zip(out, f(x1, x2, w), strict=True))
+    assert [c.op for c in recorder.calls] == ["mm"] and recorder.ops["aten.mm.default"] == 0
+
+
+# --- the compiled-graph cache ---
+
+
+def compile_and_run(f, *args, options=None, **kwargs):
+    torch._dynamo.reset()
+    tunesmith.reset()
+    return torch.compile(f, backend="tunesmith", options=options)(*args, **kwargs)
+
+
+def test_a_second_compile_is_a_hit_with_no_tuning():
+    a, b, bias = rand(33, 20), rand(20, 17), rand(17)
+
+    def f(a, b, bias):
+        return torch.relu(a @ b + bias)
+
+    first = compile_and_run(f, a, b, bias)
+    assert tunesmith.counters["compiled_graph_cache_miss"] == 1 and tunesmith.counters["autotune_local_put"] == 1
+    second = compile_and_run(f, a, b, bias)
+    assert close(first, second)
+    assert tunesmith.counters["compiled_graph_cache_hit"] == 1
+    tuning = ("autotune_local_hit", "autotune_local_miss", "autotune_local_put", "precompile")
+    assert [tunesmith.counters[c] for c in tuning] == [0, 0, 0, 0]
+
+
+def test_a_tensor_constant_a_setting_and_kwargs_order():
+    w = rand(6, 4)
+
+    def one(x):
+        return (x @ w) * torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    def other(x):
+        return (x @ w) * torch.tensor([1.0, 2.0, 3.0, 5.0])
+
+    x = rand(5, 6)
+    compile_and_run(one, x)
+    compile_and_run(other, x)
+    assert tunesmith.counters["compiled_graph_cache_miss"] == 1, "a changed constant hit"
+    compile_and_run(one, x, options={"tie_tolerance": 0.02})
+    assert tunesmith.counters["compiled_graph_cache_miss"] == 1, "a changed setting hit"
+    compile_and_run(one, x, options={"tie_tolerance": 0.02})
+    assert tunesmith.counters["compiled_graph_cache_hit"] == 1
+
+    def kw(x, *, scale, shift):
+        return (x @ w) * scale + shift
+
+    scale, shift = rand(4), rand(4)
+    compile_and_run(kw, x, scale=scale, shift=shift)
+    assert tunesmith.counters["compiled_graph_cache_miss"] == 1
+    out = compile_and_run(kw, x, shift=shift, scale=scale)
+    assert tunesmith.counters["compiled_graph_cache_hit"] == 1, "kwargs in another order missed"
+    assert close(out, kw(x, scale=scale, shift=shift))
+
+
+def test_a_graph_with_a_higher_order_op_is_bypassed(caplog):
+    w = rand(6, 4)
+
+    def f(x, pred):
+        return torch.cond(pred, lambda x: x @ w, lambda x: x @ w * 2, (x,))
+
+    x = rand(5, 6)
+    with caplog.at_level("INFO", logger="tunesmith.compile.stages"):
+        assert close(compile_and_run(f, x, torch.tensor(False)), x @ w * 2)
+    assert tunesmith.counters["compiled_graph_cache_bypass"] == 1
+    assert "higher-order op cond" in caplog.text
+
+
+def test_options_are_checked_and_reach_the_tuning():
+    with pytest.raises(Exception, match="no_such_setting"):
+        compile_and_run(lambda a, b: a @ b, rand(3, 3), rand(3, 3), options={"no_such_setting": 1})
+    compile_and_run(lambda a, b: a @ b, rand(3, 4), rand(4, 5), options={"caches": []})
+    assert tunesmith.counters["autotune_local_miss"] == 0 and tunesmith.counters["compiled_graph_local_miss"] == 0
+
+
+def test_the_backend_is_found_through_its_entry_point():
+    from torch._dynamo.backends.registry import list_backends, lookup_backend
+
+    assert "tunesmith" in list_backends(exclude_tags=())
+    assert lookup_backend("tunesmith") is tunesmith.compile.backend
+
+
+def test_the_recipe_round_trips():
+    recipe = Recipe("addmm", {"beta": 0.5}, (), 3, "abc").to_json()
+    assert Recipe.from_json(recipe).to_json() == recipe and json.loads(recipe)["op"] == "addmm"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: run by benchmarks/compile_gpu.sh")
+def test_on_every_visible_gpu_the_kernels_run_where_the_tensors_are(recorder):
+    for index in range(torch.cuda.device_count()):
+        device = torch.device("cuda", index)
+        bias, a, b = (t.to(device, torch.bfloat16) for t in (rand(64), rand(48, 80), rand(80, 64)))
+
+        def f(bias, a, b):
+            return F.gelu(torch.addmm(bias, a, b), approximate="tanh").to(torch.float32)
+
+        torch._dynamo.reset()
+        out = torch.compile(f, backend="tunesmith")(bias, a, b)
+        ref = f(bias.double(), a.double(), b.double())
+        assert out.device == device and out.dtype == torch.float32
+        assert (out - ref).norm() <= 1e-2 * ref.norm()
+    assert recorder.lowered()[-1] == "addmm+gelu_tanh+cast"
