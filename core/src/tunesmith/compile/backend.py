@@ -18,6 +18,7 @@ from typing import Any
 import torch.fx as fx
 
 from tunesmith import hooks
+from tunesmith.compile import dispatch
 from tunesmith.compile.stages import post_grad, run_passes
 from tunesmith.options import Options
 from tunesmith.settings import current_options
@@ -70,7 +71,11 @@ def joint_passes(graph: fx.Graph, settings: Options) -> None:
 
 
 def eager(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-    """The ``eager`` graph compiler: the lowered FX graph runs as it is."""
+    """The ``eager`` graph compiler: the lowered FX graph runs as it is, its ``tunesmith::gemm``
+    calls going straight to the Python dispatch (the op's registration is for tracing)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
+    for node in gm.graph.find_nodes(op="call_function", target=dispatch.gemm):
+        node.target = dispatch.run
+    gm.recompile()
     return make_boxed_func(gm.forward)

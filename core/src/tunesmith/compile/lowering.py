@@ -191,8 +191,8 @@ def lower(gm: fx.GraphModule, lowerings: Sequence[Any], options_id: str) -> list
         recipe = Recipe(match.op, dict(match.scalars), tuple(numbered), n, options_id).to_json()
         tail = nodes[-1] if nodes else match.root
         with graph.inserting_before(tail):
-            call = graph.call_function(gemm._opoverload, (recipe, [*match.inputs, *operands]))
-        call.meta["val"] = gemm._opoverload(recipe, [_val(x) for x in (*match.inputs, *operands)])
+            call = graph.call_function(gemm, (recipe, [*match.inputs, *operands]))
+        call.meta["val"] = gemm(recipe, [_val(x) for x in (*match.inputs, *operands)])
         tail.replace_all_uses_with(call)
         for dead in reversed([*_between(match), *nodes]):
             if not dead.users:

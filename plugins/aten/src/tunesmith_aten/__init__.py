@@ -40,11 +40,30 @@ class AtenChoice:
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         fn, problem = TEMPLATES[self.spec.template][1], self.problem
+        if self.spec.template == "eager" and (direct := _direct(problem)) is not None:
+            return direct
 
         def call(*tensors: torch.Tensor) -> torch.Tensor:
             return fn(problem, tensors)
 
         return call
+
+
+def _direct(problem: Problem) -> Callable[..., torch.Tensor] | None:
+    """torch's own function, called with nothing around it, where the Problem is the op alone:
+    a compiled graph calls the kernel once per GEMM per step, so every microsecond shows."""
+    if problem.epilogue:
+        return None
+    alpha, beta = problem.scalar("alpha", 1.0), problem.scalar("beta", 1.0)
+    if problem.op == "mm":
+        return torch.mm
+    if problem.op == "bmm":
+        return torch.bmm
+    if problem.op == "addmm":
+        return lambda bias, a, b: torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+    if problem.op == "baddbmm":
+        return lambda bias, a, b: torch.baddbmm(bias, a, b, beta=beta, alpha=alpha)
+    return None  # mm_plus_mm and conv (whose output torch may lay out channels-last) go through run
 
 
 @hookimpl
