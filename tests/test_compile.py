@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import tunesmith
+import tunesmith_hookspecs
 from tunesmith.compile.dispatch import Recipe
 
 from conftest import rand
@@ -343,3 +344,119 @@ def test_on_every_visible_gpu_the_kernels_run_where_the_tensors_are(recorder):
         assert out.device == device and out.dtype == torch.float32
         assert (out - ref).norm() <= 1e-2 * ref.norm()
     assert recorder.lowered()[-1] == "addmm+gelu_tanh+cast"
+
+
+# --- plugins: lowerings and graph compilers ---
+
+
+def test_a_plugins_lowering_is_asked_first_and_may_pass(register, recorder):
+    asked = []
+
+    class Shy:
+        name = "shy"
+
+        def match(self, node):
+            asked.append(node.name)
+            return None
+
+    class Plugin:
+        @tunesmith.hookimpl
+        def tunesmith_lowerings(self):
+            return [Shy()]
+
+    register(Plugin(), "lowerings")
+    a, b = rand(3, 5, 4), rand(3, 4, 6)
+    assert close(torch.compile(lambda a, b: torch.bmm(a, b) * 0.5, backend="tunesmith")(a, b), torch.bmm(a, b) * 0.5)
+    assert asked and recorder.lowered() == ["bmm+mul"]
+
+
+def test_a_plugins_lowering_that_matches_wins(register, recorder):
+    class MmAsBmm:
+        """mm read as a bmm of one batch: a plugin's own lowering, chosen over the core's."""
+
+        name = "mm_as_bmm"
+
+        def match(self, node):
+            if node.target is not torch.ops.aten.mm.default:
+                return None
+            graph = node.graph
+            with graph.inserting_before(node):
+                a, b = (graph.call_function(torch.ops.aten.unsqueeze.default, (x, 0)) for x in node.args[:2])
+            for new, old in zip((a, b), node.args[:2], strict=True):
+                new.meta["val"] = old.meta["val"].unsqueeze(0)
+            with graph.inserting_after(node):
+                squeeze = graph.call_function(torch.ops.aten.squeeze.dim, (node, 0))
+            node.replace_all_uses_with(squeeze, delete_user_cb=lambda user: user is not squeeze)
+            node.target, node.args = torch.ops.aten.bmm.default, (a, b)
+            node.meta["val"] = torch.ops.aten.bmm.default(a.meta["val"], b.meta["val"])
+            squeeze.meta["val"] = node.meta["val"].squeeze(0)
+            return tunesmith_hookspecs.LoweringMatch("bmm", (a, b), node)
+
+    class Plugin:
+        @tunesmith.hookimpl
+        def tunesmith_lowerings(self):
+            return [MmAsBmm()]
+
+    register(Plugin(), "lowerings")
+    a, b = rand(5, 4), rand(4, 6)
+    assert close(torch.compile(lambda a, b: a @ b, backend="tunesmith")(a, b), a @ b)
+    assert recorder.lowered() == ["bmm"]
+
+
+def test_a_plugins_graph_compiler_gets_the_lowered_graph(register):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    seen = []
+
+    class Compiler:
+        @tunesmith.hookimpl
+        def tunesmith_graph_compiler(self, options):
+            if options.graph_compiler != "counting":
+                return None
+
+            def compile_graph(gm, example_inputs):
+                seen.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+                return make_boxed_func(gm.forward)
+
+            return compile_graph
+
+    register(Compiler(), "counting")
+    a, b = rand(5, 4), rand(4, 6)
+    out = torch.compile(lambda a, b: a @ b, backend="tunesmith", options={"graph_compiler": "counting"})(a, b)
+    assert close(out, a @ b) and seen == [["tunesmith.gemm.default"]]
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_compiler='nonesuch': no plugin compiles graphs by that name"):
+        torch.compile(lambda a, b: a @ b, backend="tunesmith", options={"graph_compiler": "nonesuch"})(a, b)
+
+
+def test_the_inductor_graph_compiler_calls_tunesmiths_kernels(recorder):
+    a, b, c = rand(33, 20), rand(20, 17), rand(33, 17)
+
+    def f(a, b, c):
+        return torch.relu(a @ b) * c + 1
+
+    out = torch.compile(f, backend="tunesmith", options={"graph_compiler": "inductor"})(a, b, c)
+    assert close(out, f(a, b, c))
+    assert recorder.lowered() and recorder.lowered()[0].startswith("mm+relu")
+    assert tunesmith.counters["autotune_local_put"] == 1
+
+
+def test_tunesmith_tune_runs_a_model_script(tmp_path, capsys):
+    from tunesmith.cli import main
+
+    script = tmp_path / "model.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))\n"
+        "example_inputs = lambda: (torch.randn(4, 16),)\n"
+        "train = True\n"
+    )
+    out_json = tmp_path / "rows.json"
+    assert main(["tune", str(script), "--json", str(out_json)]) == 0
+    table = capsys.readouterr().out
+    rows = json.loads(out_json.read_text())
+    assert len(rows) == 5 and {r["source"] for r in rows} == {"tuned"}  # 2 forward, 3 backward GEMMs
+    assert "tunesmith selections" in table and "aten:eager" in table
+    (tmp_path / "bad.py").write_text("x = 1\n")
+    assert main(["tune", str(tmp_path / "bad.py")]) == 2
+    assert "does not define model and example_inputs" in capsys.readouterr().err

@@ -65,6 +65,8 @@ def _tune(args: argparse.Namespace) -> int:
     import tunesmith
     from tunesmith import problemset
 
+    if args.file.endswith(".py"):
+        return _tune_model(args)
     cases = problemset.load(args.file)
     if args.only:
         cases = [c for c in cases if c.name in args.only]
@@ -73,7 +75,7 @@ def _tune(args: argparse.Namespace) -> int:
         overrides["backends"] = args.backends
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with tunesmith.options(**overrides) as settings, Progress(*columns, console=err, transient=True) as progress:
-        devices = spread_devices(args.device, settings.devices)
+        devices = spread_devices(args.device or "cpu", settings.devices)
         task = progress.add_task(f"tuning on {', '.join(map(str, devices))}", total=len(cases))
 
         todo = queue.SimpleQueue()
@@ -99,6 +101,29 @@ def _tune(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 1 if any("error" in r for r in results) else 0
+
+
+def _tune_model(args: argparse.Namespace) -> int:
+    """``tunesmith tune model.py``: compile the script's model, run it once, show every selection."""
+    import tunesmith
+    from tunesmith import modelscript
+
+    script = modelscript.load(args.file, args.device)
+    overrides: dict[str, Any] = {"backends": args.backends} if args.backends is not None else {}
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} problems"))
+    progress = Progress(*columns, TimeElapsedColumn(), console=err, transient=True)
+    with tunesmith.options(**overrides), progress:
+        task = progress.add_task(f"compiling and tuning {Path(args.file).name}", total=None)
+        reports = modelscript.tune(script, lambda report: progress.advance(task))
+    rows = [modelscript.row(r, f"#{i + 1}") for i, r in enumerate(reports)]
+    if args.only:
+        rows = [r for r in rows if r["name"] in args.only]
+    _print_results(rows)
+    if not rows:
+        out.print("no GEMM-family problem was found in the model")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
 
 
 def spread_devices(device: str, devices: Sequence[str] | None) -> list[Any]:
@@ -258,12 +283,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="installed plugins, their hooks, and whether each runs here")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_plugins)
-    p = sub.add_parser("tune", help="tune a problem set (the JSON format of benchmarks/gemm_shapes.json)")
-    p.add_argument("file", help="problem-set JSON file")
+    p = sub.add_parser(
+        "tune",
+        help="tune a problem set (the JSON format of benchmarks/gemm_shapes.json) or a model script (model.py)",
+        description="FILE.json: a problem set. FILE.py: a script defining `model` and `example_inputs` (and "
+        "optionally `train = True`, `compile_options`), compiled with the tunesmith backend and run once.",
+    )
+    p.add_argument("file", help="problem-set JSON file, or model script (.py)")
     p.add_argument(
         "--device",
-        default="cpu",
-        help="device to tune on (default: cpu); cuda spreads the cases over every GPU of the devices setting",
+        default=None,
+        help="device to tune on (problem sets: default cpu; cuda spreads the cases over every GPU of the devices "
+        "setting); a model script's model and inputs are moved there (default: where the script puts them)",
     )
     p.add_argument("--backends", type=lambda s: [b for b in s.split(",") if b], help="comma-separated backends")
     p.add_argument("--only", nargs="+", metavar="NAME", help="tune only these cases")
