@@ -3,13 +3,7 @@
 # (eager, Inductor default, tunesmith with the eager and the inductor graph compiler; with
 # "max_autotune" as the first argument, Inductor max-autotune alone). Results go to $OUT.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e hookspecs -e core -e plugins/aten || exit 1
+source benchmarks/gpu_install.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/env_compile.txt"
 if [ "${1:-}" = max_autotune ]; then
     python3 benchmarks/gpt2_block.py --variants max_autotune --json "$OUT/gpt2_block_max_autotune.json"

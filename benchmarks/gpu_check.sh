@@ -5,13 +5,7 @@
 # GEMM set with the aten backend: cold, warm in a fresh process, and cold again on a new cache.
 # Missing Python packages travel as wheels in .whl/ (docs/development.md). Results go to $OUT.
 set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e hookspecs -e core -e plugins/aten || exit 1
+source benchmarks/gpu_install.sh
 export TUNESMITH_CACHE_DIR
 TUNESMITH_CACHE_DIR=$(mktemp -d)
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"

@@ -4,6 +4,8 @@ what gets lowered, the graph passes, dynamic shapes and the compiled-graph cache
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -14,7 +16,7 @@ import tunesmith
 import tunesmith_hookspecs
 from tunesmith.compile.dispatch import Recipe
 
-from conftest import rand
+from conftest import rand, run_env
 
 TOL = 1e-4  # float32 against eager float32, relative by norm
 
@@ -435,7 +437,8 @@ def test_the_inductor_graph_compiler_calls_tunesmiths_kernels(recorder):
     def f(a, b, c):
         return torch.relu(a @ b) * c + 1
 
-    out = torch.compile(f, backend="tunesmith", options={"graph_compiler": "inductor"})(a, b, c)
+    with torch._inductor.config.patch(fx_graph_cache=False):  # so that the passes run, not a cached graph
+        out = torch.compile(f, backend="tunesmith", options={"graph_compiler": "inductor"})(a, b, c)
     assert close(out, f(a, b, c))
     assert recorder.lowered() and recorder.lowered()[0].startswith("mm+relu")
     assert tunesmith.counters["autotune_local_put"] == 1
@@ -460,3 +463,76 @@ def test_tunesmith_tune_runs_a_model_script(tmp_path, capsys):
     (tmp_path / "bad.py").write_text("x = 1\n")
     assert main(["tune", str(tmp_path / "bad.py")]) == 2
     assert "does not define model and example_inputs" in capsys.readouterr().err
+
+
+# --- layouts, odd graphs and the key itself ---
+
+
+def test_the_result_keeps_the_layout_the_graph_expects(recorder):
+    x = rand(2, 6, 3, 3).to(memory_format=torch.channels_last)
+    w = rand(6, 6, 1, 1).to(memory_format=torch.channels_last)
+
+    def cl(x, w):  # the view is valid only on conv's channels-last result
+        return F.conv2d(x, w).permute(0, 2, 3, 1).view(-1, 6)
+
+    a, b, y = rand(4, 3), rand(3, 5), rand(5, 4)
+
+    def operand_first(a, b, y):  # the add's result follows y.t()'s column-major layout
+        return (y.t() + a @ b).t().view(-1)
+
+    for f, args in ((cl, (x, w)), (operand_first, (a, b, y))):
+        torch._dynamo.reset()
+        out, ref = torch.compile(f, backend="tunesmith")(*args), f(*args)
+        assert close(out, ref) and out.stride() == ref.stride()
+    assert recorder.lowered() == ["conv", "mm+add"]
+
+
+def test_a_scalar_constant_and_a_broadcasting_add_of_two_mms():
+    x, w, y, v = rand(4, 3), rand(3, 5), rand(1, 2), rand(2, 5)
+
+    def f(x, w, y, v):
+        return (x @ w + y @ v) * torch.tensor(2.0)
+
+    assert close(torch.compile(f, backend="tunesmith")(x, w, y, v), f(x, w, y, v))
+
+
+def test_the_key_ignores_kwargs_order_and_sees_their_values():
+    from tunesmith.compile.graphcache import graph_key
+
+    def graph(kwargs):
+        g = torch.fx.Graph()
+        bias, a, b = (g.placeholder(n) for n in ("bias", "a", "b"))
+        g.output(g.call_function(torch.ops.aten.addmm.default, (bias, a, b), kwargs))
+        return torch.fx.GraphModule(torch.nn.Module(), g)
+
+    options = tunesmith.current_options()
+    keys = [graph_key(graph(kw), options, "forward", []) for kw in ({"beta": 2, "alpha": 3}, {"alpha": 3, "beta": 2})]
+    assert keys[0] == keys[1]
+    assert graph_key(graph({"alpha": 3, "beta": 4}), options, "forward", []) != keys[0]
+
+
+def test_a_second_run_of_a_model_script_reports_the_plan(tmp_path, capsys):
+    from tunesmith.cli import main
+
+    script = tmp_path / "model.py"
+    script.write_text("import torch\nmodel = torch.nn.Linear(8, 4)\nexample_inputs = (torch.randn(3, 8),)\n")
+    for source in ("tuned", "plan"):
+        tunesmith.reset()
+        assert main(["tune", str(script), "--json", str(tmp_path / "rows.json")]) == 0
+        assert [r["source"] for r in json.loads((tmp_path / "rows.json").read_text())] == [source]
+    assert "plan" in capsys.readouterr().out
+
+
+def test_compile_options_reach_a_graph_that_inductor_serves_from_its_cache(tmp_path, monkeypatch):
+    """A fresh process whose graph comes from Inductor's FX graph cache still tunes with the
+    options given to torch.compile (here: the cache folder)."""
+    script = (
+        "import sys, torch\n"
+        "f = torch.compile(lambda a, b: torch.relu(a @ b), backend='tunesmith',\n"
+        "                  options={'graph_compiler': 'inductor', 'cache_dir': sys.argv[1]})\n"
+        "f(torch.randn(8, 4), torch.randn(4, 6))\n"
+    )
+    env = run_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    for run in ("first", "second"):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / run)], env=env, check=True, timeout=300)
+        assert list((tmp_path / run).glob("entries/*/*.json")), f"the {run} process did not use its cache_dir"

@@ -7,6 +7,7 @@ out = sel.kernel(bias, a, b)
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from tunesmith import hooks
@@ -39,10 +40,14 @@ def unregister(plugin: Any) -> None:
 
 
 def reset() -> None:
-    """Clear in-memory state: selections, counters, cache back-off, plugin status answers.
+    """Clear in-memory state: selections (compiled graphs' kernels too), counters, cache back-off,
+    plugin status answers.
 
     Settings, active ``options()`` blocks and registered plugins stay.
     """
+    dispatch = sys.modules.get("tunesmith.compile.dispatch")  # imported only once something compiles
+    if dispatch is not None:
+        dispatch.clear()
     clear_memory()
     counters.clear()
     reset_backoff()

@@ -228,8 +228,9 @@ class SelectionReport:
     """What one selection did: the winner, every timing, and where the answer came from.
 
     ``source`` is ``"tuned"`` for a fresh tuning, ``"empty"`` for a problem with an empty output or
-    reduction (computed directly, never tuned or cached), else the cache layer that answered
-    (``"memory"``, ``"local"``, or a plugin layer's name).
+    reduction (computed directly, never tuned or cached), ``"plan"`` for a compiled graph's
+    problem answered by its compiled-graph cache entry (no timings), else the cache layer that
+    answered (``"memory"``, ``"local"``, or a plugin layer's name).
     """
 
     problem: Problem

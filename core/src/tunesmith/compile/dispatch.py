@@ -21,7 +21,7 @@ import attrs
 import torch
 
 from tunesmith import ops
-from tunesmith.options import Options, to_payload
+from tunesmith.options import Options
 from tunesmith.problem import build_problem, is_empty
 from tunesmith.selection import select
 from tunesmith.settings import current_options
@@ -32,25 +32,29 @@ Kernel = Callable[..., torch.Tensor]
 
 @attrs.frozen
 class Recipe:
-    """What one lowered call computes, apart from its tensors' layouts."""
+    """What one lowered call computes, apart from its tensors' layouts. ``order`` is the output's
+    dims from outermost to innermost in memory (None: contiguous), as the graph expects it."""
 
     op: str
     scalars: dict[str, Any]
     epilogue: tuple[EpilogueOp, ...]
     num_op_inputs: int
     options_id: str
+    order: tuple[int, ...] | None = None
 
     def to_json(self) -> str:
         steps = [attrs.asdict(s, filter=lambda _, v: v is not None) for s in self.epilogue]
         body = {"op": self.op, "scalars": self.scalars, "epilogue": steps, "n": self.num_op_inputs}
-        return json.dumps({**body, "options": self.options_id}, sort_keys=True, separators=(",", ":"))
+        body |= {"options": self.options_id, "order": list(self.order) if self.order else None}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
     def from_json(text: str) -> Recipe:
         data = json.loads(text)
         steps = tuple(EpilogueOp(**s) for s in data["epilogue"])
-        return Recipe(data["op"], data["scalars"], steps, data["n"], data["options"])
+        order = tuple(data["order"]) if data.get("order") else None
+        return Recipe(data["op"], data["scalars"], steps, data["n"], data["options"], order)
 
     def problem(self, tensors: Sequence[torch.Tensor]) -> tuple[Problem, list[torch.Tensor]]:
         """The Problem of these tensors, as ``tunesmith.tune`` would build it."""
@@ -74,10 +78,14 @@ _options: dict[str, Options] = {}
 
 
 def options_id(options: Options) -> str:
-    """A short id of these settings, remembered for the run-time dispatch of this process."""
-    payload = json.dumps(to_payload(options), sort_keys=True, default=str)
-    ident = hashlib.sha256(payload.encode()).hexdigest()[:16]
-    _options.setdefault(ident, options)
+    """A short id of the settings that can change a result (the same in every process: a graph
+    that Inductor serves from its cache carries it), remembered with the settings of the latest
+    compile that had it, storage settings included, for the run-time dispatch of this process."""
+    from tunesmith.compile.graphcache import result_settings
+
+    settings = {k: v for k, v in result_settings(options).items() if k != "cache_secret"}
+    ident = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    _options[ident] = options
     return ident
 
 
@@ -92,7 +100,10 @@ _lock = threading.Lock()
 
 
 def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
-    return (recipe, *((t.shape, t.stride(), t.dtype, t.device, t.storage_offset()) for t in tensors))
+    """What the kernel of a call depends on: the recipe, each tensor's layout, and the float32
+    precision that the selection's cache key also holds."""
+    layouts = ((t.shape, t.stride(), t.dtype, t.device, t.storage_offset()) for t in tensors)
+    return (recipe, torch.get_float32_matmul_precision(), *layouts)
 
 
 def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel) -> None:
@@ -125,13 +136,24 @@ def _eager(problem: Problem, *tensors: torch.Tensor) -> torch.Tensor:
 def run(recipe: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     """One lowered GEMM-family op with its epilogue (see the module docstring)."""
     kernel = _kernels.get(layout_key(recipe, tensors)) or select_kernel(recipe, tensors)
-    return kernel(*tensors)
+    out = kernel(*tensors)
+    order = Recipe.from_json(recipe).order
+    return out if order is None else _laid_out(out, order)
+
+
+def _laid_out(out: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """``out`` in the memory order the graph expects (channels-last, say) where it is not."""
+    wanted = torch.empty_permuted(out.shape, order, dtype=out.dtype, device=out.device)
+    return out if out.stride() == wanted.stride() else wanted.copy_(out)
 
 
 def _fake(recipe: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     parsed = Recipe.from_json(recipe)
     out = ops.compute(parsed.op, parsed.scalars, tensors[: parsed.num_op_inputs])
-    return ops.apply_steps(parsed.epilogue, out, tensors).contiguous()
+    out = ops.apply_steps(parsed.epilogue, out, tensors)
+    if parsed.order is None:
+        return out.contiguous()
+    return torch.empty_permuted(out.shape, parsed.order, dtype=out.dtype, device=out.device)
 
 
 # A plain library op rather than torch.library.custom_op: its Python kernel is reached in about

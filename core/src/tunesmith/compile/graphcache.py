@@ -77,12 +77,16 @@ def _constant(gm: fx.GraphModule, name: str) -> str:
         value = getattr(value, part)
     if not isinstance(value, torch.Tensor):
         raise Unkeyable(f"the constant {name} of type {type(value).__name__}")
-    with unset_fake_temporarily():  # the compiler may run under the graph's fake mode
-        data = value.detach().cpu().contiguous()
-        return hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest() + str(data.dtype)
+    try:
+        with unset_fake_temporarily():  # the compiler may run under the graph's fake mode
+            data = value.detach().cpu().contiguous().reshape(-1)
+            digest = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
+    except Exception as exc:  # noqa: BLE001 - a constant whose bytes cannot be read is not keyed
+        raise Unkeyable(f"the constant {name} ({type(exc).__name__}: {exc})") from None
+    return f"{digest}{tuple(value.shape)}{value.dtype}"
 
 
-def _settings(options: Options) -> dict[str, Any]:
+def result_settings(options: Options) -> dict[str, Any]:
     """The settings that can change which kernel wins: the core's, less where answers are stored,
     and the plugins', less those of plugins that only store answers (redis_url, ...)."""
     system = get_system()
@@ -125,10 +129,11 @@ def graph_key(gm: fx.GraphModule, options: Options, kind: str, passes: list[Any]
         "spec_version": SPEC_VERSION,
         "kind": kind,
         "nodes": nodes,
-        "settings": _settings(options),
+        "settings": result_settings(options),
         "passes": [pass_uuid(p) for p in passes],
         "plugins": sorted((r.name, r.version) for r in system.records.values() if r.loaded),
         "torch": torch.__version__,
+        "precision": [torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32],
         "devices": sorted(json.dumps(device_fingerprint(d), sort_keys=True, default=str) for d in devices),
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()

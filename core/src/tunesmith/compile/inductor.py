@@ -1,8 +1,8 @@
 """``graph_compiler="inductor"``: Inductor runs the pipeline, with tunesmith's stages as its custom
 passes (joint-graph "pre" and "post", post-grad "pre" with lowering and tuning, post-grad "post").
 
-The passes are Inductor ``CustomGraphPass`` objects whose uuid covers the settings and the
-user's passes, so Inductor's own FX graph cache keys on them; a graph it serves from that
+The passes are Inductor ``CustomGraphPass`` objects whose uuid covers the settings, the user's
+passes and the plugins' versions, so Inductor's own FX graph cache keys on them; a graph it serves from that
 cache still calls ``tunesmith::gemm``, whose kernels then come from tunesmith's caches.
 """
 
@@ -16,10 +16,13 @@ from typing import Any
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from tunesmith.compile.graphcache import _settings
+from tunesmith.compile import dispatch
+from tunesmith.compile.graphcache import result_settings
 from tunesmith.compile.stages import all_passes, post_grad, run_passes
 from tunesmith.options import Options
 from tunesmith.passes import pass_uuid
+from tunesmith.plugins import get_system
+from tunesmith_hookspecs import SPEC_VERSION
 
 
 class _Stage(CustomGraphPass):
@@ -38,7 +41,14 @@ class _Stage(CustomGraphPass):
 def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options) -> Any:
     from torch._inductor.compile_fx import compile_fx
 
-    body = {"settings": _settings(settings), "passes": [pass_uuid(p) for p in all_passes(settings)]}
+    dispatch.options_id(settings)  # known here even when Inductor serves the graph from its cache
+    system = get_system()
+    body = {
+        "settings": result_settings(settings),
+        "passes": [pass_uuid(p) for p in all_passes(settings)],
+        "plugins": sorted((r.name, r.version) for r in system.records.values() if r.loaded),
+        "spec_version": SPEC_VERSION,
+    }
     ident = hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
     def lowering(graph: fx.Graph) -> None:

@@ -21,6 +21,7 @@ import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from tunesmith.compile.dispatch import Recipe, gemm
+from tunesmith.errors import ProblemError
 from tunesmith.problem import GEMM_DTYPES, dtype_name
 from tunesmith_hookspecs import DTYPES, EpilogueOp, LoweringMatch
 
@@ -61,7 +62,8 @@ class AtenLowering:
             return LoweringMatch(op, node.args[:3], node, scalars)
         if target is aten.add.Tensor and node.kwargs.get("alpha", 1) == 1 and len(node.args) == 2:
             a, b = node.args
-            if all(isinstance(x, fx.Node) and x.target is aten.mm.default and len(x.users) == 1 for x in (a, b)):
+            mms = all(isinstance(x, fx.Node) and x.target is aten.mm.default and len(x.users) == 1 for x in (a, b))
+            if mms and _same_shape(_val(a), _val(b)):  # not a broadcasting add
                 return LoweringMatch("mm_plus_mm", (*a.args[:2], *b.args[:2]), node)
         if target is aten.convolution.default:
             x, w, bias, stride, padding, dilation, transposed, _, groups = node.args[:9]
@@ -188,11 +190,22 @@ def lower(gm: fx.GraphModule, lowerings: Sequence[Any], options_id: str) -> list
             if step.input is not None:
                 step = attrs.evolve(step, input=n + len([s for s in numbered if s.input is not None]))
             numbered.append(step)
-        recipe = Recipe(match.op, dict(match.scalars), tuple(numbered), n, options_id).to_json()
         tail = nodes[-1] if nodes else match.root
+        order = _order(_val(tail))
+        if order is False:
+            log.debug("not lowering %s at %s: its result's layout is not dense", match.op, node.name)
+            continue
+        recipe = Recipe(match.op, dict(match.scalars), tuple(numbered), n, options_id, order).to_json()
+        vals = [_val(x) for x in (*match.inputs, *operands)]
+        if not any(symbolic(v) for v in vals):
+            try:  # the shapes are known: the Problem must build (the call is tuned right after)
+                Recipe.from_json(recipe).problem(vals)
+            except ProblemError as exc:
+                log.debug("not lowering %s at %s: %s", match.op, node.name, exc)
+                continue
         with graph.inserting_before(tail):
             call = graph.call_function(gemm, (recipe, [*match.inputs, *operands]))
-        call.meta["val"] = gemm(recipe, [_val(x) for x in (*match.inputs, *operands)])
+        call.meta["val"] = gemm(recipe, vals)
         tail.replace_all_uses_with(call)
         for dead in reversed([*_between(match), *nodes]):
             if not dead.users:
@@ -202,6 +215,30 @@ def lower(gm: fx.GraphModule, lowerings: Sequence[Any], options_id: str) -> list
     graph.lint()
     gm.recompile()
     return done
+
+
+def symbolic(value: Any) -> bool:
+    """Whether a value's shape, strides or offset are symbolic (``dynamic=True``)."""
+    return isinstance(value, torch.Tensor) and any(
+        not isinstance(x, int) for x in (*value.shape, *value.stride(), value.storage_offset())
+    )
+
+
+def _order(value: torch.Tensor) -> tuple[int, ...] | bool | None:
+    """The memory order of a result the graph expects: None when contiguous, else its dims from
+    outermost to innermost; False when it is not dense or cannot be known (symbolic strides)."""
+    shape, stride = value.shape, value.stride()
+    if symbolic(value):
+        expected, ok = 1, True
+        for size, st in reversed(list(zip(shape, stride, strict=True))):
+            ok = ok and (statically_known_true(size == 1) or statically_known_true(st == expected))
+            expected = expected * size
+        return None if ok else False
+    order = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    dense = torch.empty_permuted(tuple(shape), order, device="meta").stride()
+    if all(shape[d] == 1 or stride[d] == dense[d] for d in range(len(shape))):
+        return None if order == list(range(len(shape))) else tuple(order)
+    return False
 
 
 def _between(match: LoweringMatch) -> list[fx.Node]:

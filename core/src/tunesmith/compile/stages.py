@@ -21,12 +21,12 @@ from tunesmith import hooks
 from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
-from tunesmith.compile.lowering import AtenLowering, Lowered, lower
+from tunesmith.compile.lowering import AtenLowering, Lowered, lower, symbolic
 from tunesmith.counters import bump
 from tunesmith.options import Options
 from tunesmith.problem import is_empty, tensor_like, tensor_meta
 from tunesmith.selection import select
-from tunesmith_hookspecs import ChoiceSpec
+from tunesmith_hookspecs import ChoiceSpec, SelectionReport
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
 def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options) -> dict[str, ChoiceSpec]:
     """Ready the kernel of one lowered call whose shapes are known: from the plan, or selected."""
     vals: Sequence[Any] = [a.meta.get("val") for a in item.node.args[1]]
-    if any(_symbolic(v) for v in vals):
+    if any(symbolic(v) for v in vals):
         return {}  # selected when the graph runs with these shapes
     tensors = [tensor_like(tensor_meta(v), v.device) for v in vals]
     problem, inputs = dispatch.Recipe.from_json(item.recipe).problem(tensors)
@@ -96,14 +96,9 @@ def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options
     if choice is not None:
         choice.precompile()
         dispatch.remember(item.recipe, tensors, choice.kernel())
+        hooks.selection_done(SelectionReport(problem, problem.key(), spec, (), source="plan"), options)
         return {problem.key(): spec}
     with torch.no_grad():
         selection = select(problem, inputs, options)
     dispatch.remember(item.recipe, tensors, selection.kernel)
     return {problem.key(): selection.spec}
-
-
-def _symbolic(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and any(
-        not isinstance(x, int) for x in (*value.shape, *value.stride(), value.storage_offset())
-    )
