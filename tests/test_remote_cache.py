@@ -443,3 +443,17 @@ def test_the_plugin_passes_the_conformance_cache_checks(remote, monkeypatch):
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert len(outcomes(proc, "test_cache_layer.py", "PASSED")) == 9  # locks and listing included
+
+
+def test_four_fresh_compiles_share_the_plan_through_the_server(remote):
+    a, b = mm_inputs()
+    totals = {"compiled_graph_remote_put": 0, "compiled_graph_remote_hit": 0}
+    for _ in range(4):
+        torch._dynamo.reset()
+        tunesmith.reset()
+        out = torch.compile(lambda a, b: torch.relu(a @ b), backend="tunesmith")(a, b)
+        assert torch.allclose(out, torch.relu(a @ b))
+        for name in totals:
+            totals[name] += tunesmith.counters[name]
+    torch._dynamo.reset()
+    assert totals == {"compiled_graph_remote_put": 1, "compiled_graph_remote_hit": 3}
