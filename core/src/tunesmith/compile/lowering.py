@@ -102,16 +102,8 @@ def _step(user: fx.Node, tail: fx.Node, running: torch.dtype) -> tuple[EpilogueO
     if user.target in _UNARY and user.args[0] is tail and out.dtype == running:
         return EpilogueOp(_UNARY[user.target]), None
     if user.target is aten.gelu.default and user.args[0] is tail and out.dtype == running:
-        approximate = user.kwargs.get("approximate", "none")
-        return (
-            (EpilogueOp("gelu" if approximate == "none" else "gelu_tanh"), None)
-            if approximate
-            in (
-                "none",
-                "tanh",
-            )
-            else None
-        )
+        name = {"none": "gelu", "tanh": "gelu_tanh"}.get(user.kwargs.get("approximate", "none"))
+        return (EpilogueOp(name), None) if name else None
     if user.target in _BINARY and len(user.args) == 2 and user.kwargs.get("alpha", 1) == 1 and out.dtype == running:
         a, b = user.args
         other = b if a is tail else a if b is tail else None
