@@ -1,0 +1,82 @@
+"""tunesmith-triton: Triton GEMM templates (mm, addmm, bmm, baddbmm, mm + mm) with the Problem's
+epilogue compiled into the kernel, over a device-aware set of tile configs.
+
+On a GPU the kernels run compiled; with ``TRITON_INTERPRET=1`` they run in Triton's interpreter
+on CPU tensors (tests), where bfloat16 is not offered: the interpreter has no bfloat16 ``tl.dot``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from tunesmith_hookspecs import Choice, ChoiceSpec, PluginStatus, Problem, hookimpl
+from tunesmith_triton.choice import NAME, OPS, TritonChoice, epilogue_plan
+from tunesmith_triton.configs import configs_for
+
+__all__ = ["TritonChoice", "tunesmith_choices", "tunesmith_plugin_status", "tunesmith_rebuild_choice"]
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _device() -> str | None:
+    """Where the templates run here: "cuda", "cpu" (the interpreter), or None."""
+    if interpreting():
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def _dtypes() -> tuple[str, ...]:
+    return ("float32", "float16") if interpreting() else ("float32", "float16", "bfloat16")
+
+
+@hookimpl
+def tunesmith_plugin_status() -> PluginStatus:
+    device = _device()
+    if device is None:
+        return PluginStatus(
+            False, "needs a CUDA GPU (or TRITON_INTERPRET=1 to run the templates in Triton's interpreter)"
+        )
+    reason = "interpreter mode: no bfloat16 (Triton's interpreter has no bfloat16 tl.dot)" if interpreting() else ""
+    return PluginStatus(True, reason, ops=OPS, dtypes=_dtypes(), devices=(device,))
+
+
+def _precision(problem: Problem) -> str:
+    tf32 = problem.inputs[0].dtype == "float32" and torch.get_float32_matmul_precision() != "highest"
+    return "tf32" if tf32 and problem.device == "cuda" else "ieee"
+
+
+def _offered(problem: Problem) -> bool:
+    op_inputs = problem.inputs[: problem.num_op_inputs]
+    return (
+        problem.op in OPS
+        and problem.device == _device()
+        and op_inputs[0].dtype in _dtypes()
+        and all(m.dtype in _dtypes() for m in problem.inputs)
+        and epilogue_plan(problem) is not None
+    )
+
+
+@hookimpl
+def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
+    if not _offered(problem):
+        return []
+    precision = _precision(problem)
+    return [
+        TritonChoice(ChoiceSpec(NAME, "gemm", config.params()), problem, precision)
+        for config in configs_for(problem, interpreting())
+    ]
+
+
+@hookimpl
+def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
+    if spec.backend != NAME or spec.template != "gemm" or not _offered(problem):
+        return None
+    try:
+        return TritonChoice(spec, problem, _precision(problem))
+    except (TypeError, ValueError):  # params of another version of the plugin
+        return None

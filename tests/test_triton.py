@@ -1,0 +1,138 @@
+"""The Triton plugin's templates, run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``,
+in a subprocess: the flag is read when the kernels are defined): every template, float32 and
+float16, odd shapes, transposed and strided inputs, every epilogue step, each choice against the
+float64 reference."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tunesmith
+from tunesmith.problem import build_problem
+
+from conftest import run_env
+
+CHECK = r"""
+import json, torch
+import tunesmith
+from tunesmith import hooks
+from tunesmith.ops import reference, relative_error, tolerance
+from tunesmith.problem import build_problem
+from tunesmith_triton import tunesmith_choices, tunesmith_rebuild_choice
+
+torch.manual_seed(0)
+M, N, K, K2, B = 17, 19, 18, 7, 3
+
+def mat(rows, cols, dtype, layout):
+    if layout == "transposed":
+        return torch.randn(cols, rows).to(dtype).t()
+    if layout == "strided":
+        return torch.randn(rows, 2 * cols).to(dtype)[:, ::2]
+    return torch.randn(rows, cols).to(dtype)
+
+def batched(rows, cols, dtype, layout):
+    if layout == "transposed":
+        return torch.randn(B, cols, rows).to(dtype).transpose(1, 2)
+    return torch.randn(B, rows, cols).to(dtype)
+
+def tensors(op, dtype, layout):
+    if op == "mm":
+        return [mat(M, K, dtype, layout), mat(K, N, dtype, "contiguous")], {}
+    if op == "addmm":
+        bias = torch.randn(N).to(dtype)
+        return [bias, mat(M, K, dtype, layout), mat(K, N, dtype, layout)], {"alpha": 0.5, "beta": 2.0}
+    if op == "bmm":
+        return [batched(M, K, dtype, layout), batched(K, N, dtype, "contiguous")], {}
+    if op == "baddbmm":
+        bias = torch.randn(M, N).to(dtype)
+        return [bias, batched(M, K, dtype, layout), batched(K, N, dtype, layout)], {"beta": 0.5}
+    second = [mat(M, K2, dtype, "contiguous"), mat(K2, N, dtype, layout)]
+    return [mat(M, K, dtype, layout), mat(K, N, dtype, "contiguous"), *second], {}
+
+STEPS = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", ("add", 1.5), ("mul", -0.5), "add_tensor",
+         "mul_row", ("cast", torch.float16), ("cast", torch.float32)]
+
+def step(item, shape, dtype):
+    if item == "add_tensor":
+        return ("add", torch.randn(shape).to(dtype))
+    if item == "mul_row":
+        return ("mul", torch.randn(shape[-1]).to(torch.float32))
+    return item
+
+cases = []
+for op in ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm"):
+    for dtype in (torch.float32, torch.float16):
+        for layout in ("contiguous", "transposed", "strided"):
+            if layout == "strided" and op in ("bmm", "baddbmm"):
+                continue
+            cases.append((op, dtype, layout, []))
+        cases.append((op, dtype, "contiguous", ["relu", ("mul", 0.5), "add_tensor", ("cast", torch.float16)]))
+for item in STEPS:
+    cases.append(("mm", torch.float32, "contiguous", [item]))
+
+rows = []
+for op, dtype, layout, chain in cases:
+    ts, scalars = tensors(op, dtype, layout)
+    shape = (B, M, N) if op in ("bmm", "baddbmm") else (M, N)
+    epilogue = [step(s, shape, dtype) for s in chain]
+    problem, inputs = build_problem(op, ts, scalars, epilogue)
+    ref = reference(problem, inputs)
+    choices = tunesmith_choices(problem, None)
+    errors = []
+    for choice in choices:
+        choice.precompile()
+        errors.append(relative_error(choice.kernel()(*inputs), ref))
+        again = tunesmith_rebuild_choice(choice.spec, problem)
+        errors.append(relative_error(again.kernel()(*inputs), ref))
+    rows.append({"case": f"{op}-{str(dtype)[6:]}-{layout}-{'+'.join(str(s) for s in chain)}",
+                 "choices": len(choices), "worst": max(errors, default=None), "tolerance": tolerance(problem)})
+bf16 = build_problem("mm", [torch.randn(4, 4).bfloat16(), torch.randn(4, 4).bfloat16()], {})[0]
+print(json.dumps({"rows": rows, "bf16_choices": len(tunesmith_choices(bf16, None)),
+                  "status": hooks.plugin_status("triton").reason}))
+"""
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK], env=run_env(TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_template_and_epilogue_step_is_right_in_the_interpreter(interpreted):
+    rows = interpreted["rows"]
+    assert len(rows) == 5 * 2 * 3 - 4 + 10 + 12
+    empty = [r["case"] for r in rows if not r["choices"]]
+    assert not empty, f"no Triton choice for {empty}"
+    wrong = [r for r in rows if not r["worst"] <= r["tolerance"]]
+    assert not wrong, f"wrong results: {wrong[:5]}"
+
+
+def test_the_interpreter_offers_no_bfloat16_and_says_why(interpreted):
+    assert interpreted["bf16_choices"] == 0
+    assert "no bfloat16" in interpreted["status"] and "interpreter" in interpreted["status"]
+
+
+def test_without_a_gpu_or_the_interpreter_the_plugin_says_why():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    status = tunesmith.hooks.plugin_status("triton")
+    assert not status.runnable and "needs a CUDA GPU" in status.reason and "TRITON_INTERPRET=1" in status.reason
+
+
+def test_a_chain_longer_than_the_template_takes_is_not_offered():
+    from tunesmith_triton.choice import epilogue_plan
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    five, _ = build_problem("mm", [a, b], {}, ["relu"] * 5)
+    four, _ = build_problem("mm", [a, b], {}, ["relu"] * 4)
+    three_tensors, _ = build_problem("mm", [a, b], {}, [("add", a), ("add", a), ("add", a)])
+    assert epilogue_plan(five) is None and epilogue_plan(three_tensors) is None
+    assert epilogue_plan(four) == ([1, 1, 1, 1], [0, 0, 0, 0], [0.0] * 4, [])
