@@ -59,7 +59,7 @@ def epilogue_plan(problem: Problem) -> tuple[list[int], list[int], list[float], 
     return codes + [0] * pad, slots + [0] * pad, scalars + [0.0] * pad, operands
 
 
-def _strides3(t: torch.Tensor, rows: int, cols: int) -> tuple[int, int, int]:
+def _strides3(t: torch.Tensor) -> tuple[int, int, int]:
     """(batch, row, col) strides of ``t`` broadcast to [batch?, rows, cols] (0 where broadcast)."""
     shape, stride = list(t.shape), list(t.stride())
     while len(shape) < 3:
@@ -98,8 +98,8 @@ class TritonChoice:
             a, b, c, d, bias if bias is not None else out, e[0], e[1], out,
             m, n, a.shape[-1], c.shape[-1],
             *_mat(a), *_mat(b), *_mat(c), *_mat(d),
-            *(_strides3(bias, m, n) if bias is not None else (0, 0, 0)),
-            *_strides3(e[0], m, n), *_strides3(e[1], m, n),
+            *(_strides3(bias) if bias is not None else (0, 0, 0)),
+            *_strides3(e[0]), *_strides3(e[1]),
             *_mat(out),
             float(p.scalar("alpha", 1.0)), float(p.scalar("beta", 1.0)), *self.scalars,
         )  # fmt: skip
