@@ -106,9 +106,15 @@ def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
     return (recipe, torch.get_float32_matmul_precision(), *layouts)
 
 
-def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel) -> None:
+def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel) -> Kernel:
+    """Keep the kernel of this layout, wrapped once here (not per call) where the recipe asks
+    for another memory order than the kernel's contiguous result; returns what was kept."""
+    order = Recipe.from_json(recipe).order
+    if order is not None:
+        kernel = functools.partial(_laid_out, kernel, order)
     with _lock:
         _kernels[layout_key(recipe, tensors)] = kernel
+    return kernel
 
 
 def clear() -> None:
@@ -125,8 +131,7 @@ def select_kernel(recipe: str, tensors: Sequence[torch.Tensor]) -> Kernel:
     else:
         with torch.no_grad():
             kernel = select(problem, inputs, _settings(parsed.options_id)).kernel
-    remember(recipe, tensors, kernel)
-    return kernel
+    return remember(recipe, tensors, kernel)
 
 
 def _eager(problem: Problem, *tensors: torch.Tensor) -> torch.Tensor:
@@ -136,13 +141,12 @@ def _eager(problem: Problem, *tensors: torch.Tensor) -> torch.Tensor:
 def run(recipe: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     """One lowered GEMM-family op with its epilogue (see the module docstring)."""
     kernel = _kernels.get(layout_key(recipe, tensors)) or select_kernel(recipe, tensors)
+    return kernel(*tensors)
+
+
+def _laid_out(kernel: Kernel, order: tuple[int, ...], *tensors: torch.Tensor) -> torch.Tensor:
+    """``kernel``'s result in the memory order the graph expects (channels-last, say) where it is not."""
     out = kernel(*tensors)
-    order = Recipe.from_json(recipe).order
-    return out if order is None else _laid_out(out, order)
-
-
-def _laid_out(out: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
-    """``out`` in the memory order the graph expects (channels-last, say) where it is not."""
     wanted = torch.empty_permuted(out.shape, order, dtype=out.dtype, device=out.device)
     return out if out.stride() == wanted.stride() else wanted.copy_(out)
 
