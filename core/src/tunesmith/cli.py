@@ -143,7 +143,7 @@ def _tune_case(case: Any, device: Any) -> dict[str, Any]:
     """Tune one case of a problem set on ``device``: its result row (with ``error`` on failure)."""
     import tunesmith
     from tunesmith import problemset
-    from tunesmith.problem import build_problem, flops
+    from tunesmith.modelscript import measures
 
     row: dict[str, Any] = {
         "name": case.name,
@@ -158,21 +158,9 @@ def _tune_case(case: Any, device: Any) -> dict[str, Any]:
         start = time.perf_counter()
         sel = tunesmith.tune(case.op, *tensors, epilogue=epilogue, **scalars)
         wall_s = time.perf_counter() - start
-        problem, _ = build_problem(case.op, tensors, scalars, epilogue)
     except tunesmith.TunesmithError as exc:
         return row | {"error": str(exc)}
-    ms = sel.timings.get(sel.spec, math.nan)
-    aten = [t for spec, t in sel.timings.items() if spec.backend == "aten" and math.isfinite(t)]
-    return row | {
-        "chosen": str(sel.spec),
-        "ms": ms,
-        "tflops": flops(problem) / ms / 1e9 if ms and math.isfinite(ms) else None,
-        "speedup_vs_aten": min(aten) / ms if aten and ms else None,
-        "choices": len(sel.timings),
-        "source": sel.report.source,
-        "wall_s": wall_s,
-        "device_name": sel.report.device_name,
-    }
+    return row | measures(sel.report) | {"wall_s": wall_s}
 
 
 def _print_results(results: Sequence[dict[str, Any]]) -> None:

@@ -94,12 +94,26 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+def measures(report: SelectionReport) -> dict[str, Any]:
+    """The measured columns of a result row (shared by problem sets and model scripts)."""
+    ms = next((t.ms for t in report.timings if t.spec == report.chosen), math.nan)
+    aten = [t.ms for t in report.timings if t.spec.backend == "aten" and math.isfinite(t.ms)]
+    fine = math.isfinite(ms) and ms > 0
+    return {
+        "chosen": str(report.chosen),
+        "ms": ms,
+        "tflops": flops(report.problem) / ms / 1e9 if fine else None,
+        "speedup_vs_aten": min(aten) / ms if aten and fine else None,
+        "choices": len(report.timings),
+        "source": report.source,
+        "device_name": report.device_name,
+    }
+
+
 def row(report: SelectionReport, name: str) -> dict[str, Any]:
     """One line of the result table for a selection (the columns of ``tunesmith tune FILE.json``)."""
     problem = report.problem
     ops = problem.inputs[: problem.num_op_inputs]
-    ms = next((t.ms for t in report.timings if t.spec == report.chosen), math.nan)
-    aten = [t.ms for t in report.timings if t.spec.backend == "aten" and math.isfinite(t.ms)]
     steps = "".join(f"+{s.name}" for s in problem.epilogue)
     return {
         "name": name,
@@ -107,11 +121,5 @@ def row(report: SelectionReport, name: str) -> dict[str, Any]:
         "shape": " x ".join("x".join(map(str, m.shape)) for m in ops),
         "dtype": ops[0].dtype,
         "device": problem.device,
-        "chosen": str(report.chosen),
-        "ms": ms,
-        "tflops": flops(problem) / ms / 1e9 if math.isfinite(ms) and ms > 0 else None,
-        "speedup_vs_aten": min(aten) / ms if aten and math.isfinite(ms) and ms > 0 else None,
-        "choices": len(report.timings),
-        "source": report.source,
-        "device_name": report.device_name,
+        **measures(report),
     }
