@@ -75,9 +75,32 @@ for op in ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm"):
 for item in STEPS:
     cases.append(("mm", torch.float32, "contiguous", [item]))
 
+# TMA-readable shapes (16-byte aligned rows: the TMA template, and its persistent loop when the
+# tiles outnumber the programs) and decode shapes (few output tiles, long K: split-K)
+def aligned(op, dtype, layout):
+    a = mat(70, 40, dtype, "contiguous")
+    b = mat(40, 24, dtype, "contiguous") if layout == "contiguous" else torch.randn(24, 40).to(dtype).t()
+    return ([torch.randn(24).to(dtype), a, b], {"beta": 0.5}) if op == "addmm" else ([a, b], {})
+
+def decode(op, dtype, layout):
+    a, b = mat(5, 100, dtype, "contiguous"), mat(100, 19, dtype, layout)
+    return ([torch.randn(19).to(dtype), a, b], {"alpha": 2.0}) if op == "addmm" else ([a, b], {})
+
+extra = []
+for make in (aligned, decode):
+    for op in ("mm", "addmm"):
+        for dtype in (torch.float32, torch.float16):
+            for layout in ("contiguous", "transposed"):
+                extra.append((make, op, dtype, layout, ["relu"] if op == "addmm" else []))
+
+def kind(spec):
+    params = dict(spec.params)
+    split = "-split" if params.get("split_k", 1) > 1 else ""
+    return spec.template + split + ("-persistent" if params.get("persistent") else "")
+
 rows = []
-for op, dtype, layout, chain in cases:
-    ts, scalars = tensors(op, dtype, layout)
+for make, op, dtype, layout, chain in [(tensors, *c) for c in cases] + extra:
+    ts, scalars = make(op, dtype, layout)
     shape = (B, M, N) if op in ("bmm", "baddbmm") else (M, N)
     epilogue = [step(s, shape, dtype) for s in chain]
     problem, inputs = build_problem(op, ts, scalars, epilogue)
@@ -89,8 +112,10 @@ for op, dtype, layout, chain in cases:
         errors.append(relative_error(choice.kernel()(*inputs), ref))
         again = tunesmith_rebuild_choice(choice.spec, problem)
         errors.append(relative_error(again.kernel()(*inputs), ref))
-    rows.append({"case": f"{op}-{str(dtype)[6:]}-{layout}-{'+'.join(str(s) for s in chain)}",
-                 "choices": len(choices), "worst": max(errors, default=None), "tolerance": tolerance(problem)})
+    label = "" if make is tensors else f"{make.__name__}:"
+    rows.append({"case": f"{label}{op}-{str(dtype)[6:]}-{layout}-{'+'.join(str(s) for s in chain)}",
+                 "choices": len(choices), "worst": max(errors, default=None), "tolerance": tolerance(problem),
+                 "kinds": sorted({kind(c.spec) for c in choices})})
 bf16 = build_problem("mm", [torch.randn(4, 4).bfloat16(), torch.randn(4, 4).bfloat16()], {})[0]
 print(json.dumps({"rows": rows, "bf16_choices": len(tunesmith_choices(bf16, None)),
                   "status": hooks.plugin_status("triton").reason}))
@@ -108,11 +133,25 @@ def interpreted() -> dict:
 
 def test_every_template_and_epilogue_step_is_right_in_the_interpreter(interpreted):
     rows = interpreted["rows"]
-    assert len(rows) == 5 * 2 * 3 - 4 + 10 + 12
+    assert len(rows) == 5 * 2 * 3 - 4 + 10 + 12 + 16
     empty = [r["case"] for r in rows if not r["choices"]]
     assert not empty, f"no Triton choice for {empty}"
     wrong = [r for r in rows if not r["worst"] <= r["tolerance"]]
     assert not wrong, f"wrong results: {wrong[:5]}"
+
+
+def test_tma_persistent_and_split_k_kernels_are_offered_where_they_fit(interpreted):
+    kinds = {r["case"]: set(r["kinds"]) for r in interpreted["rows"]}
+    # rows 70 x 40 x 24: TMA reads B row-major or column-major; 3 tiles of 32 rows outnumber the
+    # interpreter's 2 programs, so the persistent loop is offered too
+    for dtype in ("float32", "float16"):
+        assert {"gemm", "gemm_tma", "gemm_tma-persistent"} <= kinds[f"aligned:addmm-{dtype}-contiguous-relu"]
+        assert "gemm_tma" in kinds[f"aligned:mm-{dtype}-transposed-"]
+    # a 5 x 19 output with K = 100: one tile, so K is split
+    decode = [r for r in interpreted["rows"] if r["case"].startswith("decode:mm-") and "gemm-split" in r["kinds"]]
+    assert len(decode) == 4, kinds
+    # odd rows (18 floats) cannot be read by TMA
+    assert kinds["mm-float32-contiguous-"] == {"gemm"}
 
 
 def test_the_interpreter_offers_no_bfloat16_and_says_why(interpreted):

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from tunesmith_hookspecs import Choice, ChoiceSpec, PluginStatus, Problem, hookimpl
-from tunesmith_triton.choice import NAME, OPS, TritonChoice, epilogue_plan
-from tunesmith_triton.configs import configs_for
+from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan
+from tunesmith_triton.configs import configs_for, multiprocessors, tma_fits
 
 __all__ = ["TritonChoice", "tunesmith_choices", "tunesmith_plugin_status", "tunesmith_rebuild_choice"]
 
@@ -61,22 +61,29 @@ def _offered(problem: Problem) -> bool:
     )
 
 
+def _multiprocessors() -> int:
+    """Programs of a persistent kernel: the GPU's SMs (2 in the interpreter, to test the loop)."""
+    return 2 if interpreting() else multiprocessors(torch.cuda.current_device())
+
+
 @hookimpl
 def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
     if not _offered(problem):
         return []
-    precision = _precision(problem)
+    precision, sms = _precision(problem), _multiprocessors()
     return [
-        TritonChoice(ChoiceSpec(NAME, "gemm", config.params()), problem, precision)
-        for config in configs_for(problem, interpreting())
+        TritonChoice(ChoiceSpec(NAME, template, config.params()), problem, precision, sms)
+        for template, config in configs_for(problem, interpreting())
     ]
 
 
 @hookimpl
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
-    if spec.backend != NAME or spec.template != "gemm" or not _offered(problem):
+    if spec.backend != NAME or spec.template not in TEMPLATES or not _offered(problem):
+        return None
+    if spec.template == "gemm_tma" and not tma_fits(problem):
         return None
     try:
-        return TritonChoice(spec, problem, _precision(problem))
+        return TritonChoice(spec, problem, _precision(problem), _multiprocessors())
     except (TypeError, ValueError):  # params of another version of the plugin
         return None

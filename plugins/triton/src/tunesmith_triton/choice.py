@@ -11,11 +11,27 @@ import torch
 import triton
 
 from tunesmith_hookspecs import ChoiceSpec, Problem
-from tunesmith_triton.kernels import CODES, MAX_OPERANDS, MAX_STEPS, gemm_kernel
+from tunesmith_triton.kernels import (
+    CODES,
+    MAX_OPERANDS,
+    MAX_STEPS,
+    gemm_kernel,
+    gemm_tma_kernel,
+    splitk_reduce_kernel,
+)
+
+try:  # host-side TMA descriptors (Triton 3.4 and later)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: no TMA template
+    TensorDescriptor = None
 
 NAME = "triton"
-#: the ops the template serves (convolution comes later)
+#: the ops the GEMM templates serve (convolution comes later)
 OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm")
+#: the templates: pointer loads with any strides (and split-K), and TMA descriptor loads
+TEMPLATES = ("gemm", "gemm_tma")
+#: tiles of the split-K reduction kernel
+REDUCE_BLOCK = (32, 128)
 
 
 @attrs.frozen
@@ -28,9 +44,16 @@ class Config:
     group_m: int
     num_warps: int
     num_stages: int
+    #: slices of K reduced by separate programs ("gemm" only)
+    split_k: int = 1
+    #: one program per SM looping over the tiles ("gemm_tma" only)
+    persistent: bool = False
 
-    def params(self) -> dict[str, int]:
-        return attrs.asdict(self)
+    def params(self) -> dict[str, int | bool]:
+        """The spec's params: fields at their defaults are left out, so specs stay short and
+        specs cached before a field existed still name the same kernel."""
+        defaults = {f.name: f.default for f in attrs.fields(Config)}
+        return {k: v for k, v in attrs.asdict(self).items() if defaults[k] is attrs.NOTHING or v != defaults[k]}
 
 
 def epilogue_plan(problem: Problem) -> tuple[list[int], list[int], list[float], list[int]] | None:
@@ -38,6 +61,8 @@ def epilogue_plan(problem: Problem) -> tuple[list[int], list[int], list[float], 
     chain does not fit the template (more than ``MAX_STEPS`` steps or ``MAX_OPERANDS`` tensors)."""
     codes, slots, scalars, operands = [], [], [], []
     for step in problem.epilogue:
+        if step.name == "cast" and step.dtype == "float32":
+            continue  # the accumulator is float32: nothing to round
         if step.name == "cast":
             code = CODES.get(f"cast:{step.dtype}")
             if code is None:
@@ -73,60 +98,92 @@ def _mat(t: torch.Tensor) -> tuple[int, int, int]:
     return (0, *t.stride()) if t.dim() == 2 else tuple(t.stride())  # type: ignore[return-value]
 
 
-class TritonChoice:
-    """The GEMM template with ``config`` for ``problem``."""
+def _descriptor(t: torch.Tensor, rows: int, cols: int) -> tuple[Any, bool]:
+    """A TMA descriptor reading ``t`` as [rows, cols] blocks, or [cols, rows] blocks of its
+    transpose when its rows are the contiguous dimension; and whether it was transposed."""
+    if t.stride(-1) == 1:
+        return TensorDescriptor(t, list(t.shape), [t.stride(0), 1], [rows, cols]), False
+    tt = t.t()
+    return TensorDescriptor(tt, list(tt.shape), [tt.stride(0), 1], [cols, rows]), True
 
-    def __init__(self, spec: ChoiceSpec, problem: Problem, precision: str) -> None:
-        self.spec, self.problem, self.precision = spec, problem, precision
+
+class TritonChoice:
+    """One template with one config for ``problem``."""
+
+    def __init__(self, spec: ChoiceSpec, problem: Problem, precision: str, sms: int = 1) -> None:
+        if spec.template not in TEMPLATES:
+            raise ValueError(f"unknown Triton template {spec.template!r}")
+        self.spec, self.problem, self.precision, self.sms = spec, problem, precision, sms
         self.config = Config(**dict(spec.params))
         plan = epilogue_plan(problem)
         if plan is None:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
         self.codes, self.slots, self.scalars, self.operands = plan
 
-    def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, warmup: bool = False) -> None:
-        p, t, cfg = self.problem, tensors, self.config
-        op = p.op
-        bias = t[0] if op in ("addmm", "baddbmm") else None
-        a, b = (t[1], t[2]) if bias is not None else (t[0], t[1])
-        c, d = (t[2], t[3]) if op == "mm_plus_mm" else (a, b)
-        batch = out.shape[0] if out.dim() == 3 else 1
-        m, n = out.shape[-2], out.shape[-1]
-        e = [t[i] for i in self.operands] + [out] * (MAX_OPERANDS - len(self.operands))
-        grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n), batch)
+    def _epilogue(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The kernels' shared tail of arguments (bias, epilogue operands, scalars, output) and
+        their epilogue constexprs."""
+        p = self.problem
+        bias = tensors[0] if p.op in ("addmm", "baddbmm") else None
+        e = [tensors[i] for i in self.operands] + [out] * (MAX_OPERANDS - len(self.operands))
         args = (
-            a, b, c, d, bias if bias is not None else out, e[0], e[1], out,
-            m, n, a.shape[-1], c.shape[-1],
-            *_mat(a), *_mat(b), *_mat(c), *_mat(d),
-            *(_strides3(bias) if bias is not None else (0, 0, 0)),
-            *_strides3(e[0]), *_strides3(e[1]),
-            *_mat(out),
+            bias if bias is not None else out, *(_strides3(bias) if bias is not None else (0, 0, 0)),
+            e[0], *_strides3(e[0]), e[1], *_strides3(e[1]),
             float(p.scalar("alpha", 1.0)), float(p.scalar("beta", 1.0)), *self.scalars,
+            out, *_mat(out),
         )  # fmt: skip
-        meta: dict[str, Any] = dict(
-            HAS_SECOND=op == "mm_plus_mm",
-            HAS_BIAS=bias is not None,
+        meta = {
+            "HAS_BIAS": bias is not None,
             **{f"S{i}": code for i, code in enumerate(self.codes)},
             **{f"O{i}": slot for i, slot in enumerate(self.slots)},
-            BM=cfg.block_m,
-            BN=cfg.block_n,
-            BK=cfg.block_k,
-            GROUP=cfg.group_m,
-            PRECISION=self.precision,
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-        )
+        }
+        return args, meta
+
+    def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, warmup: bool = False) -> None:
+        t, cfg = tensors, self.config
+        bias = self.problem.op in ("addmm", "baddbmm")
+        a, b = (t[1], t[2]) if bias else (t[0], t[1])
+        m, n, k = out.shape[-2], out.shape[-1], a.shape[-1]
+        tail, meta = self._epilogue(tensors, out)
+        meta |= {"BM": cfg.block_m, "BN": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+        if self.spec.template == "gemm_tma":
+            a_desc, a_t = _descriptor(a, cfg.block_m, cfg.block_k)
+            b_desc, b_t = _descriptor(b.t(), cfg.block_n, cfg.block_k)
+            grid = (min(tiles, self.sms) if cfg.persistent else tiles,)
+            args = (a_desc, b_desc, m, n, k, *tail)
+            meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": not b_t}
+            meta |= {"PRECISION": self.precision}
+            self._run(gemm_tma_kernel, grid, args, meta, warmup)
+            return
+        c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
+        batch = out.shape[0] if out.dim() == 3 else 1
+        split = cfg.split_k
+        ws = torch.empty((split, batch, m, n), dtype=torch.float32, device=out.device) if split > 1 else out
+        args = (a, b, c, d, ws, m, n, k, c.shape[-1], *_mat(a), *_mat(b), *_mat(c), *_mat(d), *tail)
+        even = k % cfg.block_k == 0 and c.shape[-1] % cfg.block_k == 0
+        meta_gemm = meta | {"HAS_SECOND": self.problem.op == "mm_plus_mm", "BK": cfg.block_k, "GROUP": cfg.group_m}
+        meta_gemm |= {"SPLIT": split, "EVEN_K": even, "PRECISION": self.precision}
+        self._run(gemm_kernel, (tiles, batch, split), args, meta_gemm, warmup)
+        if split > 1:
+            rm, rn = REDUCE_BLOCK
+            grid = (triton.cdiv(m, rm) * triton.cdiv(n, rn), batch)
+            meta |= {"BM": rm, "BN": rn, "SPLIT": split, "num_warps": 4, "num_stages": 1}
+            self._run(splitk_reduce_kernel, grid, (ws, m, n, *tail), meta, warmup)
+
+    @staticmethod
+    def _run(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], meta: dict[str, Any], warmup: bool) -> None:
         if warmup:
-            gemm_kernel.warmup(*args, grid=grid, **meta)
+            kernel.warmup(*args, grid=grid, **meta)
         else:
-            gemm_kernel[grid](*args, **meta)
+            kernel[grid](*args, **meta)
 
     def _output(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         out = self.problem.output
         return torch.empty(out.shape, dtype=getattr(torch, out.dtype), device=tensors[0].device)
 
     def precompile(self) -> None:
-        """Compile the kernel for this Problem's layout (on a GPU; the interpreter compiles nothing)."""
+        """Compile the kernels for this Problem's layout (on a GPU; the interpreter compiles nothing)."""
         if self.problem.device != "cuda" or not torch.cuda.is_available():
             return
         device = torch.device("cuda", torch.cuda.current_device())

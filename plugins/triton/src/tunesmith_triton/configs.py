@@ -1,16 +1,18 @@
-"""The search space: tile configs that fit the device and make sense for the shape."""
+"""The search space: template configs that fit the device and make sense for the shape."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import torch
 
-from tunesmith_hookspecs import Problem
-from tunesmith_triton.choice import Config
+from tunesmith_hookspecs import Problem, TensorMeta
+from tunesmith_triton.choice import Config, TensorDescriptor
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): large tiles for large problems, thin ones for
-#: small M (decode), deep K tiles for long reductions
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the pointer template: large tiles for large
+#: problems, thin ones for small M (decode), deep K tiles for long reductions, short pipelines
+#: for short ones
 GPU_CONFIGS = (
     (128, 256, 64, 8, 3),
     (256, 128, 64, 8, 3),
@@ -20,6 +22,7 @@ GPU_CONFIGS = (
     (64, 256, 64, 8, 3),
     (128, 64, 64, 4, 4),
     (64, 128, 64, 4, 4),
+    (64, 128, 64, 4, 2),
     (64, 64, 64, 4, 4),
     (64, 64, 128, 4, 3),
     (32, 64, 128, 4, 3),
@@ -27,14 +30,36 @@ GPU_CONFIGS = (
     (16, 128, 128, 4, 4),
     (16, 256, 64, 4, 4),
 )
+#: thin tiles that split K when the output has fewer tiles than the GPU has SMs
+SPLIT_K_CONFIGS = ((16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (32, 64, 128, 4, 4), (64, 64, 64, 4, 4))
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) of the TMA template (Hopper)
+TMA_CONFIGS = (
+    (128, 256, 64, 8, 3, True),
+    (128, 256, 64, 8, 3, False),
+    (256, 128, 64, 8, 3, False),
+    (128, 128, 64, 8, 4, True),
+    (128, 128, 64, 4, 4, False),
+    (128, 128, 128, 8, 3, False),
+    (64, 128, 64, 4, 4, False),
+)
 #: the interpreter runs every program instance in numpy: few, small tiles
 INTERPRETER_CONFIGS = ((32, 32, 32, 4, 1), (128, 128, 64, 4, 1))
+INTERPRETER_SPLIT_K = ((16, 32, 16, 4, 1),)
+INTERPRETER_TMA = ((32, 32, 32, 4, 1, True), (64, 64, 32, 4, 1, False))
+#: the interpreter's budget of tile iterations (programs x K steps) for a config that is not
+#: the largest: small tiles over large problems take minutes there
+INTERPRETER_WORK = 512
 
 
 @functools.cache
 def _shared_memory(device: int) -> int:
     props = torch.cuda.get_device_properties(device)
     return getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024
+
+
+@functools.cache
+def multiprocessors(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _pow2_at_least(n: int, floor: int = 16) -> int:
@@ -44,24 +69,97 @@ def _pow2_at_least(n: int, floor: int = 16) -> int:
     return size
 
 
-def configs_for(problem: Problem, interpreter: bool) -> list[Config]:
-    """The configs worth timing for ``problem``: each fits shared memory, and no tile is more than
-    twice the size of its dimension (rounded up to a power of two)."""
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def dims(problem: Problem) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of the problem's first product."""
     out = problem.output
-    m, n = out.shape[-2], out.shape[-1]
-    k = problem.inputs[0].shape[-1] if problem.op not in ("addmm", "baddbmm") else problem.inputs[1].shape[-1]
+    mat1 = problem.inputs[1] if problem.op in ("addmm", "baddbmm") else problem.inputs[0]
+    batch = out.shape[0] if len(out.shape) == 3 else 1
+    return batch, out.shape[-2], out.shape[-1], mat1.shape[-1]
+
+
+def _tma_readable(meta: TensorMeta) -> bool:
+    """Whether TMA can read this matrix: one unit stride, the other 16-byte aligned, an aligned
+    start (the allocator aligns storage to at least 16 bytes) and no empty dimension."""
+    size = torch.empty((), dtype=getattr(torch, meta.dtype)).element_size()
+    rows, cols = meta.stride
+    outer = rows if cols == 1 else cols if rows == 1 else None
+    if outer is None or 0 in meta.shape:
+        return False
+    return (outer * size) % 16 == 0 and (meta.storage_offset * size) % 16 == 0
+
+
+def tma_fits(problem: Problem) -> bool:
+    """Whether the TMA template serves this problem: mm or addmm whose two matrices TMA can read."""
+    if TensorDescriptor is None or problem.op not in ("mm", "addmm"):
+        return False
+    first = 1 if problem.op == "addmm" else 0
+    return all(_tma_readable(m) for m in problem.inputs[first : first + 2])
+
+
+def _sized(bm: int, bn: int, bk: int, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """A tile no more than twice each dimension (rounded up to a power of two)."""
+    return min(bm, _pow2_at_least(m)), min(bn, _pow2_at_least(n)), min(bk, _pow2_at_least(k))
+
+
+def _splits(tiles: int, k: int, bk: int, sms: int) -> Iterator[int]:
+    """Split counts worth trying: the first that fills the SMs, and twice it, each slice at
+    least two K tiles deep."""
+    split = 2
+    while tiles * split < sms:
+        split *= 2
+    for s in (split, 2 * split):
+        if k >= 2 * bk * s:
+            yield s
+
+
+def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]:
+    """(template, config) pairs worth timing for ``problem``: each fits shared memory and no
+    tile is more than twice the size of its dimension."""
+    batch, m, n, k = dims(problem)
     size = 4 if problem.inputs[0].dtype == "float32" else 2
     if interpreter:
-        candidates, limit = INTERPRETER_CONFIGS, None
+        plain, split_k, tma = INTERPRETER_CONFIGS, INTERPRETER_SPLIT_K, INTERPRETER_TMA
+        limit, sms = None, 2
     else:
-        candidates, limit = GPU_CONFIGS, _shared_memory(torch.cuda.current_device())
-    found, seen = [], set()
-    for bm, bn, bk, warps, stages in candidates:
-        bm, bn, bk = min(bm, _pow2_at_least(m)), min(bn, _pow2_at_least(n)), min(bk, _pow2_at_least(k))
-        if limit is not None and stages * (bm * bk + bk * bn) * size > limit:
-            continue
-        config = Config(bm, bn, bk, 8, warps, stages)
-        if config not in seen:
-            seen.add(config)
-            found.append(config)
+        device = torch.cuda.current_device()
+        plain, split_k, limit, sms = GPU_CONFIGS, SPLIT_K_CONFIGS, _shared_memory(device), multiprocessors(device)
+        tma = TMA_CONFIGS if torch.cuda.get_device_capability(device)[0] >= 9 else ()
+    found: list[tuple[str, Config]] = []
+
+    def offer(template: str, config: Config) -> None:
+        fits = limit is None or config.num_stages * (config.block_m + config.block_n) * config.block_k * size <= limit
+        if fits and (template, config) not in found:
+            found.append((template, config))
+
+    for bm, bn, bk, warps, stages in plain:
+        offer("gemm", Config(*_sized(bm, bn, bk, m, n, k), 8, warps, stages))
+    if problem.op != "mm_plus_mm":
+        for bm, bn, bk, warps, stages in split_k:
+            bm, bn, bk = _sized(bm, bn, bk, m, n, k)
+            tiles = batch * _cdiv(m, bm) * _cdiv(n, bn)
+            if tiles < sms:
+                for split in _splits(tiles, k, bk, sms):
+                    offer("gemm", Config(bm, bn, bk, 8, warps, stages, split_k=split))
+    if tma_fits(problem):
+        for bm, bn, bk, warps, stages, persistent in tma:
+            config = Config(*_sized(bm, bn, bk, m, n, k), 8, warps, stages, persistent=persistent)
+            if persistent and _cdiv(m, config.block_m) * _cdiv(n, config.block_n) <= sms:
+                continue  # one tile per program already: the same kernel as the plain one
+            offer("gemm_tma", config)
+    if interpreter:
+        found = _affordable(found, batch, m, n, k)
     return found
+
+
+def _affordable(found: list[tuple[str, Config]], batch: int, m: int, n: int, k: int) -> list[tuple[str, Config]]:
+    """In the interpreter, the configs within its work budget, and always the largest tile."""
+
+    def work(config: Config) -> int:
+        return batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) * _cdiv(k, config.block_k)
+
+    least = min(work(c) for _, c in found)
+    return [(t, c) for t, c in found if work(c) <= max(INTERPRETER_WORK, least)]

@@ -1,5 +1,11 @@
-"""The Triton GEMM template: (batched) A @ B, optionally + C @ D and a bias, then up to
+"""The Triton GEMM kernels: (batched) A @ B, optionally + C @ D and a bias, then up to
 ``MAX_STEPS`` epilogue steps, in one kernel.
+
+- ``gemm_kernel`` reads A and B through pointers with any strides; with ``SPLIT`` > 1 each
+  program reduces one slice of K into a float32 workspace and ``splitk_reduce_kernel`` sums the
+  slices and applies the epilogue (small M with large K has too few output tiles to fill the GPU).
+- ``gemm_tma_kernel`` reads A and B through TMA tensor descriptors (Hopper), one tile per
+  program or, with fewer programs than tiles, persistently looping over them.
 
 The epilogue is compiled in through ``tl.constexpr`` step codes (no generated source): each
 step slot holds an op code, and tensor steps name one of two operand slots, read with their own
@@ -27,7 +33,6 @@ CODES = {
     "mul": 8,  # + 2: 10
     "cast:float16": 11,
     "cast:bfloat16": 12,
-    "cast:float32": 13,
 }
 
 
@@ -66,53 +71,18 @@ def _step(acc, CODE: tl.constexpr, scalar, e_ptr, s_b, s_m, s_n, b, om, on, mask
 
 
 @triton.jit
-def _dot_loop(
-    acc, x_ptr, y_ptr, s_xb, s_xm, s_xk, s_yb, s_yk, s_yn, b, om, on, M, N, K, BK: tl.constexpr, PRECISION: tl.constexpr
-):
-    ok = tl.arange(0, BK)
-    x_ptrs = x_ptr + b * s_xb + om[:, None] * s_xm + ok[None, :] * s_xk
-    y_ptrs = y_ptr + b * s_yb + ok[:, None] * s_yk + on[None, :] * s_yn
-    for k0 in range(0, K, BK):
-        x = tl.load(x_ptrs, mask=(om[:, None] < M) & (ok[None, :] + k0 < K), other=0.0)
-        y = tl.load(y_ptrs, mask=(ok[:, None] + k0 < K) & (on[None, :] < N), other=0.0)
-        acc = tl.dot(x, y, acc, input_precision=PRECISION)
-        x_ptrs += BK * s_xk
-        y_ptrs += BK * s_yk
-    return acc
-
-
-@triton.jit
-def gemm_kernel(
-    a_ptr, b_ptr, c_ptr, d_ptr, bias_ptr, e0_ptr, e1_ptr, out_ptr,
-    M, N, K, K2,
-    s_ab, s_am, s_ak, s_bb, s_bk, s_bn,
-    s_cb, s_cm, s_ck, s_db, s_dk, s_dn,
-    s_xb, s_xm, s_xn,
-    s_e0b, s_e0m, s_e0n, s_e1b, s_e1m, s_e1n,
-    s_ob, s_om, s_on,
-    alpha, beta, v0, v1, v2, v3,
-    HAS_SECOND: tl.constexpr, HAS_BIAS: tl.constexpr,
+def _finish(
+    acc, b, om, on, M, N,
+    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+    HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-    PRECISION: tl.constexpr,
 ):  # fmt: skip
-    pid, b = tl.program_id(0), tl.program_id(1)
-    grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
-    width = GROUP * grid_n  # grouped ordering: GROUP row-blocks share their B tiles in L2
-    first_m = (pid // width) * GROUP
-    rows = min(grid_m - first_m, GROUP)
-    pm = first_m + (pid % width) % rows
-    pn = (pid % width) // rows
-    om = pm * BM + tl.arange(0, BM)
-    on = pn * BN + tl.arange(0, BN)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    acc = _dot_loop(acc, a_ptr, b_ptr, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, b, om, on, M, N, K, BK, PRECISION)
-    if HAS_SECOND:
-        acc = _dot_loop(acc, c_ptr, d_ptr, s_cb, s_cm, s_ck, s_db, s_dk, s_dn, b, om, on, M, N, K2, BK, PRECISION)
+    """alpha * acc + beta * bias, the epilogue steps, and the store of one output tile."""
     mask = (om[:, None] < M) & (on[None, :] < N)
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + b * s_xb + om[:, None] * s_xm + on[None, :] * s_xn, mask=mask, other=0.0)
+        bias = tl.load(x_ptr + b * s_xb + om[:, None] * s_xm + on[None, :] * s_xn, mask=mask, other=0.0)
         acc = alpha * acc + beta * bias.to(tl.float32)
     acc = _step(acc, S0, v0, e0_ptr if O0 == 0 else e1_ptr, s_e0b if O0 == 0 else s_e1b, s_e0m if O0 == 0 else s_e1m,
                 s_e0n if O0 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
@@ -124,3 +94,129 @@ def gemm_kernel(
                 s_e0n if O3 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
     out = out_ptr + b * s_ob + om[:, None] * s_om + on[None, :] * s_on
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _tile(tile, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP: tl.constexpr):
+    """Row and column block of ``tile`` in grouped order: GROUP row blocks share their B tiles in L2."""
+    grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    width = GROUP * grid_n
+    first_m = (tile // width) * GROUP
+    rows = min(grid_m - first_m, GROUP)
+    return first_m + (tile % width) % rows, (tile % width) // rows
+
+
+@triton.jit
+def _dot_loop(
+    acc, x_ptr, y_ptr, s_xb, s_xm, s_xk, s_yb, s_yk, s_yn, b, om, on, M, N, k_lo, k_hi,
+    BK: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    ok = k_lo + tl.arange(0, BK)
+    x_ptrs = x_ptr + b * s_xb + om[:, None] * s_xm + ok[None, :] * s_xk
+    y_ptrs = y_ptr + b * s_yb + ok[:, None] * s_yk + on[None, :] * s_yn
+    for k in range(k_lo, k_hi, BK):
+        if EVEN_K:  # every slice of K is whole: only rows and columns need masks
+            x = tl.load(x_ptrs, mask=om[:, None] < M, other=0.0)
+            y = tl.load(y_ptrs, mask=on[None, :] < N, other=0.0)
+        else:
+            kk = k - k_lo + ok
+            x = tl.load(x_ptrs, mask=(om[:, None] < M) & (kk[None, :] < k_hi), other=0.0)
+            y = tl.load(y_ptrs, mask=(kk[:, None] < k_hi) & (on[None, :] < N), other=0.0)
+        acc = tl.dot(x, y, acc, input_precision=PRECISION)
+        x_ptrs += BK * s_xk
+        y_ptrs += BK * s_yk
+    return acc
+
+
+@triton.jit
+def gemm_kernel(
+    a_ptr, b_ptr, c_ptr, d_ptr, ws_ptr,
+    M, N, K, K2,
+    s_ab, s_am, s_ak, s_bb, s_bk, s_bn,
+    s_cb, s_cm, s_ck, s_db, s_dk, s_dn,
+    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+    HAS_SECOND: tl.constexpr, HAS_BIAS: tl.constexpr,
+    S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+    O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+    SPLIT: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid, b, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pm, pn = _tile(pid, M, N, BM, BN, GROUP)
+    om = pm * BM + tl.arange(0, BM)
+    on = pn * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    chunk = tl.cdiv(tl.cdiv(K, BK), SPLIT) * BK
+    k_lo = split * chunk
+    k_hi = min(K, k_lo + chunk)
+    acc = _dot_loop(
+        acc, a_ptr, b_ptr, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, b, om, on, M, N, k_lo, k_hi, BK, EVEN_K, PRECISION
+    )
+    if HAS_SECOND:  # never split: the host offers SPLIT > 1 only for one product
+        acc = _dot_loop(
+            acc, c_ptr, d_ptr, s_cb, s_cm, s_ck, s_db, s_dk, s_dn, b, om, on, M, N, 0, K2, BK, EVEN_K, PRECISION
+        )
+    if SPLIT == 1:
+        _finish(acc, b, om, on, M, N,
+                x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+    else:  # this slice's partial sums, [split, batch, M, N] float32
+        slab = (split * tl.num_programs(1) + b).to(tl.int64) * M * N
+        part = ws_ptr + slab + om[:, None] * N + on[None, :]
+        tl.store(part, acc, mask=(om[:, None] < M) & (on[None, :] < N))
+
+
+@triton.jit
+def splitk_reduce_kernel(
+    ws_ptr, M, N,
+    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+    HAS_BIAS: tl.constexpr,
+    S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+    O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    pid, b = tl.program_id(0), tl.program_id(1)
+    grid_n = tl.cdiv(N, BN)
+    om = (pid // grid_n) * BM + tl.arange(0, BM)
+    on = (pid % grid_n) * BN + tl.arange(0, BN)
+    mask = (om[:, None] < M) & (on[None, :] < N)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for split in tl.static_range(SPLIT):
+        slab = (split * tl.num_programs(1) + b).to(tl.int64) * M * N
+        acc += tl.load(ws_ptr + slab + om[:, None] * N + on[None, :], mask=mask, other=0.0)
+    _finish(acc, b, om, on, M, N,
+            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+
+
+@triton.jit
+def gemm_tma_kernel(
+    a_desc, b_desc, M, N, K,
+    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+    HAS_BIAS: tl.constexpr,
+    S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+    O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """A is read as [M, K] blocks, or with ``A_T`` as [K, M] blocks of its transpose (likewise B
+    as [K, N] or [N, K]); TMA fills what lies outside the tensor with zeros."""
+    tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        pm, pn = _tile(tile, M, N, BM, BN, GROUP)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            x = a_desc.load([k, pm * BM]).T if A_T else a_desc.load([pm * BM, k])
+            y = b_desc.load([pn * BN, k]).T if B_T else b_desc.load([k, pn * BN])
+            acc = tl.dot(x, y, acc, input_precision=PRECISION)
+        om = pm * BM + tl.arange(0, BM)
+        on = pn * BN + tl.arange(0, BN)
+        _finish(acc, 0, om, on, M, N,
+                x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
