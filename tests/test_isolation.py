@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 import tunesmith
 from tunesmith.bench import pool
@@ -156,3 +157,16 @@ def test_a_budget_skips_precompiles_not_yet_started(install, tmp_path, monkeypat
     assert sel.spec.backend == "aten"
     compiled = Path(tmp_path / "compile.log").read_text().splitlines()
     assert 1 <= len(compiled) < 8
+
+
+def test_the_worker_uses_the_callers_float32_matmul_precision(install):
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["fixture_precision"]}
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        sel = tunesmith.tune("mm", rand(24, 16), rand(16, 8), options=options)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    # the kernel raises in a worker left at the default "highest"
+    assert [math.isfinite(ms) for ms in sel.timings.values()] == [True]

@@ -76,6 +76,9 @@ class IsolatedRun:
             "problem": unstructure(self.problem),
             "specs": [unstructure(s) for s in self.specs],
             "options": to_payload(self.options),
+            # the caller's TF32 permissions: they decide which kernels a float32 problem may use
+            "fp32_precision": torch.get_float32_matmul_precision(),
+            "cudnn_tf32": torch.backends.cudnn.allow_tf32,
         }
         outcome = self._jobs(worker, [("setup", -1, setup)], max(self.options.bench_timeout_s, STARTUP_TIMEOUT_S))
         reply = outcome.results.get(-1)

@@ -84,6 +84,8 @@ class Server:
         return False
 
     def _setup(self, job: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
         from tunesmith import hooks
         from tunesmith.options import from_payload
         from tunesmith.problem import tensor_like
@@ -93,6 +95,8 @@ class Server:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
         options = from_payload(current_options(), job["options"])
+        torch.set_float32_matmul_precision(job.get("fp32_precision", "highest"))
+        torch.backends.cudnn.allow_tf32 = job.get("cudnn_tf32", True)
         problem = structure(job["problem"], Problem)
         specs = [structure(raw, ChoiceSpec) for raw in job["specs"]]
         choices = hooks.rebuild_choices(specs, problem, options)
