@@ -31,13 +31,26 @@ GPU_CONFIGS = (
     (16, 256, 64, 4, 4),
 )
 #: thin tiles that split K when the output has fewer tiles than the GPU has SMs
-SPLIT_K_CONFIGS = ((16, 64, 128, 4, 4), (16, 128, 128, 4, 4), (32, 64, 128, 4, 4), (64, 64, 64, 4, 4))
+SPLIT_K_CONFIGS = (
+    (16, 64, 128, 4, 4),
+    (16, 64, 256, 4, 4),
+    (16, 64, 256, 4, 5),
+    (16, 32, 256, 2, 4),
+    (16, 128, 128, 4, 4),
+    (32, 64, 128, 4, 4),
+    (64, 64, 64, 4, 4),
+)
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) of the TMA template (Hopper)
+#: (three-stage 128 x 128 tiles fit two programs on an SM, so one's epilogue overlaps the
+#: other's main loop)
 TMA_CONFIGS = (
     (128, 256, 64, 8, 3, True),
+    (128, 256, 64, 8, 4, True),
     (128, 256, 64, 8, 3, False),
     (256, 128, 64, 8, 3, False),
     (128, 128, 64, 8, 4, True),
+    (128, 128, 64, 8, 3, False),
+    (128, 128, 64, 4, 3, False),
     (128, 128, 64, 4, 4, False),
     (128, 128, 128, 8, 3, False),
     (64, 128, 64, 4, 4, False),
@@ -106,12 +119,12 @@ def _sized(bm: int, bn: int, bk: int, m: int, n: int, k: int) -> tuple[int, int,
 
 
 def _splits(tiles: int, k: int, bk: int, sms: int) -> Iterator[int]:
-    """Split counts worth trying: the first that fills the SMs, and twice it, each slice at
-    least two K tiles deep."""
+    """Split counts worth trying: the first that fills the SMs, twice and four times it, each
+    slice at least two K tiles deep."""
     split = 2
     while tiles * split < sms:
         split *= 2
-    for s in (split, 2 * split):
+    for s in (split, 2 * split, 4 * split):
         if k >= 2 * bk * s:
             yield s
 

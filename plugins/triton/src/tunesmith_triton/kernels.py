@@ -202,12 +202,14 @@ def gemm_tma_kernel(
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-    A_T: tl.constexpr, B_T: tl.constexpr, PRECISION: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """A is read as [M, K] blocks, or with ``A_T`` as [K, M] blocks of its transpose (likewise B
-    as [K, N] or [N, K]); TMA fills what lies outside the tensor with zeros."""
+    as [K, N] or [N, K]); TMA fills what lies outside the tensor with zeros. With ``FLATTEN``
+    (persistent programs) the tile and K loops are pipelined as one, so the next tile's loads
+    overlap this tile's epilogue."""
     tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
-    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
         pm, pn = _tile(tile, M, N, BM, BN, GROUP)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k in range(0, K, BK):

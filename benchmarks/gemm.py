@@ -1,0 +1,294 @@
+"""The GEMM set on one GPU: ATen, tunesmith (backends aten + triton) and Inductor
+``max-autotune-no-cudagraphs``, in one process on the same inputs.
+
+    python benchmarks/gemm.py --json $OUT/gemm.json [--only NAME,NAME] [--no-inductor]
+
+Per case: each path's kernel time (``triton.testing.do_bench`` median, L2 flushed between runs;
+tunesmith's chosen kernel is timed again here, not taken from its tuning run), tunesmith's cold
+tuning time, Inductor's cold compile time (first call of the compiled function), the relative
+error by norm of each path against a float32 reference, and the time a fresh process with the
+warm tunesmith cache takes to get each kernel (its imports and plugin loading reported apart).
+Every cache (tunesmith, Inductor, Triton) starts empty in a temporary folder, so "cold" is cold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SHAPES = Path(__file__).with_name("gemm_shapes.json")
+BACKENDS = ["aten", "triton"]
+#: float32 matmuls may use TF32 (the set's float32 case is named for it), on every path
+PRECISION = "high"
+DEVICE = "cuda"
+ROUNDS = 9
+
+
+def _fresh_caches() -> None:
+    """Empty tunesmith, Inductor and Triton caches for this run (set before torch is imported)."""
+    root = Path(tempfile.mkdtemp(prefix="gemm_bench_"))
+    for var, name in (("TUNESMITH_CACHE_DIR", "tunesmith"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+        os.environ.setdefault(var, str(root / name))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+
+
+def _eager(case: Any) -> Any:
+    """The ATen path: the torch op, then its epilogue as separate torch calls."""
+    import torch
+    import torch.nn.functional as F
+
+    from tunesmith import ops, problemset
+
+    steps = {"relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
+    chain = [steps[name] for name in problemset.epilogue(case)]
+
+    def run(scalars: dict[str, Any], *tensors: Any) -> Any:
+        out = ops.compute(case.op, scalars, tensors)
+        for step in chain:
+            out = step(out)
+        return out
+
+    return run
+
+
+def _reference(fn: Any, scalars: dict[str, Any], tensors: list[Any]) -> Any:
+    """The case in float32 without TF32: the yardstick of every path's error."""
+    import torch
+
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return fn(scalars, *[t.float() for t in tensors])
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _error(out: Any, ref: Any) -> float:
+    return float((out.float() - ref).norm() / ref.norm())
+
+
+def _time(fn: Any) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+def _launch_us(fn: Any, calls: int = 50) -> float:
+    """Host time per call, enqueueing back to back (what a kernel costs the CPU)."""
+    _sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    _sync()
+    return elapsed / calls * 1e6
+
+
+def _sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _tune(case: Any, tensors: list[Any], scalars: dict[str, Any]) -> Any:
+    import tunesmith
+    from tunesmith import problemset
+
+    steps = problemset.epilogue(case)
+    return tunesmith.tune(case.op, *tensors, epilogue=steps, options={"backends": BACKENDS}, **scalars)
+
+
+def _case_row(case: Any, inductor: bool) -> dict[str, Any]:
+    import torch
+
+    from tunesmith import problemset
+    from tunesmith.problem import flops
+
+    tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
+    eager = _eager(case)
+    ref = _reference(eager, scalars, tensors)
+    row: dict[str, Any] = {"name": case.name, "op": case.op, "shape": problemset.shape_text(case), "dtype": case.dtype}
+    row["aten_rel_error"] = _error(eager(scalars, *tensors), ref)
+
+    start = time.perf_counter()
+    sel = _tune(case, tensors, scalars)
+    _sync()
+    row["tunesmith_tune_s"] = time.perf_counter() - start
+    row["tunesmith_spec"] = str(sel.spec)
+    row["tunesmith_choices"] = len(sel.timings)
+    ranked = sorted((ms, str(spec)) for spec, ms in sel.timings.items() if math.isfinite(ms))
+    row["tuning_top5_ms"] = [[spec, ms] for ms, spec in ranked[:5]]
+    row["failed"] = {str(t.spec): t.error for t in sel.report.timings if getattr(t, "error", None)}
+    row["tuning_aten_ms"] = min((ms for ms, spec in ranked if spec.startswith("aten")), default=None)
+    row["tunesmith_rel_error"] = _error(sel.kernel(*tensors), ref)
+
+    paths = {"aten": lambda: eager(scalars, *tensors), "tunesmith": lambda: sel.kernel(*tensors)}
+    if inductor:
+        torch.compiler.reset()
+        compiled = torch.compile(eager, mode="max-autotune-no-cudagraphs", dynamic=False)
+        start = time.perf_counter()
+        out = compiled(scalars, *tensors)
+        _sync()
+        row["inductor_compile_s"] = time.perf_counter() - start
+        row["inductor_rel_error"] = _error(out, ref)
+        paths["inductor"] = lambda: compiled(scalars, *tensors)
+    # Short interleaved rounds, each starting with the next path in turn, and the median of each
+    # path: the clock of a long run (power and heat) then weighs on every path alike.
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    names = list(paths)
+    for i in range(ROUNDS):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            times[name].append(_time(paths[name]))
+    for name, values in times.items():
+        row[f"{name}_ms"] = statistics.median(values)
+        row[f"{name}_rounds_ms"] = values
+        row[f"{name}_launch_us"] = _launch_us(paths[name])
+    # again through the launcher that the timed calls used
+    row["tunesmith_rel_error"] = max(row["tunesmith_rel_error"], _error(sel.kernel(*tensors), ref))
+    row["tflops"] = flops(sel.problem) / row["tunesmith_ms"] / 1e9
+    row["speedup_vs_aten"] = row["aten_ms"] / row["tunesmith_ms"]
+    if inductor:
+        row["speedup_vs_inductor"] = row["inductor_ms"] / row["tunesmith_ms"]
+    return row
+
+
+def _warm(names: list[str]) -> dict[str, Any]:
+    """In this fresh process: the time to get each case's kernel from the warm cache (tune, then
+    its first call, synchronised). What a process pays once, whatever it runs, is timed apart:
+    imports, plugin loading, and the first use of CUDA, of cuBLAS in each dtype and of Triton."""
+    start = time.perf_counter()
+    import torch
+    import triton
+    import triton.language as tl
+
+    from tunesmith import hooks, problemset
+
+    @triton.jit
+    def _touch(x_ptr):
+        tl.store(x_ptr, tl.load(x_ptr) + 1)
+
+    hooks.plugin_status("triton")
+    torch.set_float32_matmul_precision(PRECISION)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.ones(16, 16, device=DEVICE, dtype=dtype)
+        torch.mm(x, x)
+    _touch[(1,)](torch.zeros(1, device=DEVICE))
+    _sync()
+    setup_s = time.perf_counter() - start
+    cases = {c.name: c for c in problemset.load(SHAPES)}
+    rows = {}
+    for name in names:
+        case = cases[name]
+        tensors, scalars = problemset.make_inputs(case, DEVICE, seed=2)
+        _sync()
+        start = time.perf_counter()
+        sel = _tune(case, tensors, scalars)
+        sel.kernel(*tensors)
+        _sync()
+        rows[name] = {"warm_s": time.perf_counter() - start, "cached": sel.cached, "spec": str(sel.spec)}
+    return {"setup_s": setup_s, "cases": rows}
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geomean speedups, the worst case, and median tuning and compile times."""
+    out: dict[str, Any] = {"cases": len(rows)}
+    vs_aten = [r["speedup_vs_aten"] for r in rows]
+    out["geomean_speedup_vs_aten"] = _geomean(vs_aten)
+    out["min_speedup_vs_aten"] = min(vs_aten)
+    out["median_tunesmith_tune_s"] = statistics.median(r["tunesmith_tune_s"] for r in rows)
+    warm = [r["tunesmith_warm_s"] for r in rows if r.get("tunesmith_warm_s") is not None]
+    if warm:
+        out["max_tunesmith_warm_s"] = max(warm)
+    if all("inductor_ms" in r for r in rows):
+        out["geomean_speedup_vs_inductor"] = _geomean([r["speedup_vs_inductor"] for r in rows])
+        out["geomean_inductor_vs_aten"] = _geomean([r["aten_ms"] / r["inductor_ms"] for r in rows])
+        out["median_inductor_compile_s"] = statistics.median(r["inductor_compile_s"] for r in rows)
+    return out
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="GEMM set: time in ms, speedup = other path's time / tunesmith's")
+    for col in ("case", "aten", "tunesmith", "inductor", "vs aten", "vs inductor", "tune s", "compile s", "warm s"):
+        table.add_column(col, justify="left" if col == "case" else "right")
+    formats = (
+        ("aten_ms", "{:.4f}"), ("tunesmith_ms", "{:.4f}"), ("inductor_ms", "{:.4f}"), ("speedup_vs_aten", "{:.3f}x"),
+        ("speedup_vs_inductor", "{:.3f}x"), ("tunesmith_tune_s", "{:.2f}"), ("inductor_compile_s", "{:.1f}"),
+        ("tunesmith_warm_s", "{:.3f}"),
+    )  # fmt: skip
+    for r in rows:
+        table.add_row(r["name"], *(fmt.format(r[k]) if r.get(k) is not None else "-" for k, fmt in formats))
+    Console(width=160).print(table)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", required=True, help="where to write the results")
+    parser.add_argument("--only", help="comma-separated case names (default: every case)")
+    parser.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
+    parser.add_argument("--warm", help=argparse.SUPPRESS)  # the fresh warm-cache process
+    args = parser.parse_args()
+    if args.warm:
+        Path(args.json).write_text(json.dumps(_warm(args.warm.split(","))))
+        return 0
+    _fresh_caches()
+    import torch
+    import triton
+
+    from tunesmith import problemset
+
+    torch.set_float32_matmul_precision(PRECISION)
+    cases = problemset.load(SHAPES)
+    if args.only:
+        wanted = set(args.only.split(","))
+        cases = [c for c in cases if c.name in wanted]
+    rows = []
+    for case in cases:
+        print(f"{case.name} ...", file=sys.stderr, flush=True)
+        rows.append(_case_row(case, not args.no_inductor))
+        Path(args.json).write_text(json.dumps({"partial": True, "cases": rows}, indent=1))
+    warm_json = Path(tempfile.mkdtemp()) / "warm.json"
+    names = ",".join(r["name"] for r in rows)
+    subprocess.run([sys.executable, __file__, "--json", str(warm_json), "--warm", names], check=True)
+    warm = json.loads(warm_json.read_text())
+    for r in rows:
+        w = warm["cases"][r["name"]]
+        r["tunesmith_warm_s"], r["warm_cached"] = w["warm_s"], w["cached"]
+        r["warm_same_spec"] = w["spec"] == r["tunesmith_spec"]
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "backends": BACKENDS,
+        "timing": f"median of {ROUNDS} interleaved rounds of do_bench medians (warmup 10 ms, rep 40 ms)",
+        "float32_matmul_precision": PRECISION,
+        "warm_process_setup_s": warm["setup_s"],
+        "warm_process_setup": "imports, plugin loading, first CUDA, cuBLAS (per dtype) and Triton use",
+        "summary": summary(rows),
+        "cases": rows,
+    }
+    Path(args.json).write_text(json.dumps(result, indent=1))
+    print_table(rows)
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
