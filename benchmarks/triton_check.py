@@ -36,8 +36,10 @@ def problems() -> list[tuple[str, str, list[torch.Tensor], dict[str, Any], list[
     out = []
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         name = str(dtype).removeprefix("torch.")
+        square = _mat(256, 256, dtype)
         out += [
             (f"mm-aligned-{name}", "mm", [_mat(384, 256, dtype), _mat(256, 512, dtype)], {}, []),
+            (f"mm-one-tensor-twice-{name}", "mm", [square, square], {}, []),
             (f"mm-odd-{name}", "mm", [_mat(300, 270, dtype), _mat(270, 259, dtype)], {}, []),
             (f"mm-at-bt-{name}", "mm", [_mat(256, 192, dtype, True), _mat(192, 320, dtype, True)], {}, []),
             (f"mm-decode-{name}", "mm", [_mat(16, 4096, dtype), _mat(4096, 512, dtype)], {}, []),

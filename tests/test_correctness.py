@@ -128,6 +128,18 @@ def test_reference_catches_a_wrong_result():
     assert relative_error(poisoned, ref) == float("inf")
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_conv_epilogue_tensor_is_never_taken_for_its_bias(bias):
+    """The reference and the eager run of a conv pass only the op's tensors to conv2d: with one
+    epilogue tensor a biasless conv has three inputs, and with a bias it has four."""
+    x, w, b, extra = rand(2, 3, 6, 5), rand(4, 3, 3, 3), rand(4), rand(2, 4, 4, 3)
+    tensors = [x, w, b] if bias else [x, w]
+    problem, inputs = build_problem("conv", tensors, {}, [("add", extra)])
+    expected = torch.nn.functional.conv2d(x, w, b if bias else None) + extra
+    assert relative_error(reference(problem, inputs), expected.double()) <= 1e-6
+    assert relative_error(tunesmith.ops.run(problem, inputs), expected) <= 1e-5
+
+
 ZERO_CASES = {
     "mm_empty_m": ("mm", lambda: [rand(0, 5), rand(5, 7)], {}),
     "mm_k0": ("mm", lambda: [rand(4, 0), rand(0, 7)], {}),

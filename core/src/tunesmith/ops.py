@@ -27,8 +27,9 @@ _UNARY = {
 
 
 def run_op(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The op alone (no epilogue), with torch's own kernels, in the tensors' dtype."""
-    return compute(problem.op, dict(problem.scalars), tensors)
+    """The op alone (no epilogue), with torch's own kernels, in the tensors' dtype; ``tensors``
+    may include the epilogue's operands (a conv's optional bias is told apart by the count)."""
+    return compute(problem.op, dict(problem.scalars), tensors[: problem.num_op_inputs])
 
 
 def compute(op: str, scalars: Mapping[str, Any], tensors: Sequence[torch.Tensor]) -> torch.Tensor:

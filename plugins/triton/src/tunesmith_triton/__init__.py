@@ -1,5 +1,6 @@
-"""tunesmith-triton: Triton GEMM templates (mm, addmm, bmm, baddbmm, mm + mm) with the Problem's
-epilogue compiled into the kernel, over a device-aware set of tile configs.
+"""tunesmith-triton: Triton GEMM templates (mm, addmm, bmm, baddbmm, mm + mm) and an implicit-GEMM
+2-D convolution template, with the Problem's epilogue compiled into the kernel, over a device-aware
+set of tile configs.
 
 On a GPU the kernels run compiled; with ``TRITON_INTERPRET=1`` they run in Triton's interpreter
 on CPU tensors (tests), where bfloat16 is not offered: the interpreter has no bfloat16 ``tl.dot``.
@@ -15,8 +16,12 @@ import torch
 from tunesmith_hookspecs import Choice, ChoiceSpec, PluginStatus, Problem, hookimpl
 from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan
 from tunesmith_triton.configs import configs_for, multiprocessors, tma_fits
+from tunesmith_triton.conv import CONV_TEMPLATE, ConvChoice, conv_choices, conv_precision
 
-__all__ = ["TritonChoice", "tunesmith_choices", "tunesmith_plugin_status", "tunesmith_rebuild_choice"]
+__all__ = ["ConvChoice", "TritonChoice", "tunesmith_choices", "tunesmith_plugin_status", "tunesmith_rebuild_choice"]
+
+#: every op the plugin serves: the GEMM templates' and the conv template's
+SERVED = (*OPS, "conv")
 
 
 def interpreting() -> bool:
@@ -42,7 +47,7 @@ def tunesmith_plugin_status() -> PluginStatus:
             False, "needs a CUDA GPU (or TRITON_INTERPRET=1 to run the templates in Triton's interpreter)"
         )
     reason = "interpreter mode: no bfloat16 (Triton's interpreter has no bfloat16 tl.dot)" if interpreting() else ""
-    return PluginStatus(True, reason, ops=OPS, dtypes=_dtypes(), devices=(device,))
+    return PluginStatus(True, reason, ops=SERVED, dtypes=_dtypes(), devices=(device,))
 
 
 def _precision(problem: Problem) -> str:
@@ -53,7 +58,7 @@ def _precision(problem: Problem) -> str:
 def _offered(problem: Problem) -> bool:
     op_inputs = problem.inputs[: problem.num_op_inputs]
     return (
-        problem.op in OPS
+        problem.op in SERVED
         and problem.device == _device()
         and op_inputs[0].dtype in _dtypes()
         and all(m.dtype in _dtypes() for m in problem.inputs)
@@ -70,6 +75,8 @@ def _multiprocessors() -> int:
 def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
     if not _offered(problem):
         return []
+    if problem.op == "conv":
+        return conv_choices(problem, interpreting())
     precision, sms = _precision(problem), _multiprocessors()
     return [
         TritonChoice(ChoiceSpec(NAME, template, config.params()), problem, precision, sms)
@@ -79,7 +86,14 @@ def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
 
 @hookimpl
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
-    if spec.backend != NAME or spec.template not in TEMPLATES or not _offered(problem):
+    if spec.backend != NAME or not _offered(problem) or (spec.template == CONV_TEMPLATE) != (problem.op == "conv"):
+        return None
+    if spec.template == CONV_TEMPLATE:
+        try:
+            return ConvChoice(spec, problem, conv_precision(problem))
+        except (TypeError, ValueError):  # params of another version, or a problem the template declines
+            return None
+    if spec.template not in TEMPLATES:
         return None
     if spec.template == "gemm_tma" and not tma_fits(problem):
         return None

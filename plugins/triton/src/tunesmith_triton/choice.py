@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,6 +85,31 @@ def epilogue_plan(problem: Problem) -> tuple[list[int], list[int], list[float], 
     return codes + [0] * pad, slots + [0] * pad, scalars + [0.0] * pad, operands
 
 
+Strided = tuple[torch.Tensor, tuple[int, int, int]]
+
+
+def finish_args(
+    plan: tuple[list[int], list[int], list[float], list[int]],
+    bias: Strided | None,
+    operands: Sequence[Strided],
+    out: Strided,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The tail of arguments and the constexprs of ``kernels._finish`` from an epilogue plan and
+    each tensor with its (batch, row, col) strides; unused operand slots point at the output."""
+    codes, slots, scalars, _ = plan
+    unused = (out[0], (0, 0, 0))
+    tensors = [bias or unused, *operands] + [unused] * (MAX_OPERANDS - len(operands))
+    args = (*[a for t, strides in tensors for a in (t, *strides)], alpha, beta, *scalars, out[0], *out[1])
+    meta = {
+        "HAS_BIAS": bias is not None,
+        **{f"S{i}": code for i, code in enumerate(codes)},
+        **{f"O{i}": slot for i, slot in enumerate(slots)},
+    }
+    return args, meta
+
+
 def _strides3(t: torch.Tensor) -> tuple[int, int, int]:
     """(batch, row, col) strides of ``t`` broadcast to [batch?, rows, cols] (0 where broadcast)."""
     shape, stride = list(t.shape), list(t.stride())
@@ -99,12 +125,63 @@ def _mat(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int) -> tuple[Any, bool]:
-    """A TMA descriptor reading ``t`` as [rows, cols] blocks, or [cols, rows] blocks of its
-    transpose when its rows are the contiguous dimension; and whether it was transposed."""
-    if t.stride(-1) == 1:
-        return TensorDescriptor(t, list(t.shape), [t.stride(0), 1], [rows, cols]), False
-    tt = t.t()
-    return TensorDescriptor(tt, list(tt.shape), [tt.stride(0), 1], [cols, rows]), True
+    """A TMA descriptor reading the matrix ``t`` in [rows, cols] blocks, or, when its rows are
+    the contiguous dimension, its transpose in [cols, rows] blocks; and whether it is transposed.
+    The base is ``t`` itself either way (a launch swaps in the next call's tensor)."""
+    if t.stride(1) == 1:
+        return TensorDescriptor(t, [t.shape[0], t.shape[1]], [t.stride(0), 1], [rows, cols]), False
+    return TensorDescriptor(t, [t.shape[1], t.shape[0]], [t.stride(1), 1], [cols, rows]), True
+
+
+def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
+    return (*grid, 1, 1)[:3]  # type: ignore[return-value]
+
+
+#: one kernel launch: the JIT function, its grid, its arguments and its constexprs and options
+Launch = tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]
+
+
+@attrs.frozen
+class _Direct:
+    """A choice's launches replayed on the compiled kernels, past Triton's per-call binding of
+    ~45 arguments (tens of microseconds a launch). Shapes, strides and scalars are the
+    Problem's, so only the tensors change: each call puts its tensors (inputs, output,
+    workspace) into the recorded argument slots. Valid while every tensor keeps the 16-byte
+    alignment the kernels were specialised for."""
+
+    launches: tuple[tuple[Any, tuple[int, int, int], tuple[Any, ...], tuple[tuple[int, int], ...]], ...]
+    descriptors: tuple[tuple[int, int, int], ...]  # (launch, argument, source) of TMA descriptors
+    aligned: tuple[bool, ...]
+
+    @classmethod
+    def record(cls, launches: Sequence[Launch], compiled: Sequence[Any], sources: Sequence[torch.Tensor]) -> _Direct:
+        def source(t: Any) -> int:
+            return next(i for i, s in enumerate(sources) if s is t)
+
+        steps, descriptors = [], []
+        for n, ((kernel, grid, args, meta), binary) in enumerate(zip(launches, compiled, strict=True)):
+            # the compiled kernel takes every parameter in order: constexprs (the last ones) too
+            constants = tuple(meta[p.name] for p in kernel.params if p.is_constexpr)
+            slots = tuple((i, source(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+            descs = [(i, a) for i, a in enumerate(args) if isinstance(a, TensorDescriptor or ())]
+            descriptors += [(n, i, source(a.base)) for i, a in descs]
+            steps.append((binary, _grid3(grid), (*args, *constants), slots))
+        return cls(tuple(steps), tuple(descriptors), _alignment(sources))
+
+    def launch(self, sources: Sequence[torch.Tensor]) -> None:
+        args = [list(step[2]) for step in self.launches]
+        for n, i, j in self.descriptors:
+            desc = copy.copy(args[n][i])
+            desc.base = sources[j]
+            args[n][i] = desc
+        for (binary, grid, _, slots), values in zip(self.launches, args, strict=True):
+            for i, j in slots:
+                values[i] = sources[j]
+            binary[grid](*values)
+
+
+def _alignment(tensors: Sequence[torch.Tensor]) -> tuple[bool, ...]:
+    return tuple(t.data_ptr() % 16 == 0 for t in tensors)
 
 
 class TritonChoice:
@@ -119,27 +196,27 @@ class TritonChoice:
         if plan is None:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
         self.codes, self.slots, self.scalars, self.operands = plan
+        self._direct: _Direct | None = None
 
     def _epilogue(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The kernels' shared tail of arguments (bias, epilogue operands, scalars, output) and
         their epilogue constexprs."""
         p = self.problem
-        bias = tensors[0] if p.op in ("addmm", "baddbmm") else None
-        e = [tensors[i] for i in self.operands] + [out] * (MAX_OPERANDS - len(self.operands))
-        args = (
-            bias if bias is not None else out, *(_strides3(bias) if bias is not None else (0, 0, 0)),
-            e[0], *_strides3(e[0]), e[1], *_strides3(e[1]),
-            float(p.scalar("alpha", 1.0)), float(p.scalar("beta", 1.0)), *self.scalars,
-            out, *_mat(out),
-        )  # fmt: skip
-        meta = {
-            "HAS_BIAS": bias is not None,
-            **{f"S{i}": code for i, code in enumerate(self.codes)},
-            **{f"O{i}": slot for i, slot in enumerate(self.slots)},
-        }
-        return args, meta
+        bias = (tensors[0], _strides3(tensors[0])) if p.op in ("addmm", "baddbmm") else None
+        operands = [(tensors[i], _strides3(tensors[i])) for i in self.operands]
+        plan = (self.codes, self.slots, self.scalars, self.operands)
+        return finish_args(plan, bias, operands, (out, _mat(out)), p.scalar("alpha", 1.0), p.scalar("beta", 1.0))
 
-    def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, warmup: bool = False) -> None:
+    def _workspace(self, out: torch.Tensor) -> torch.Tensor:
+        """Split-K's float32 partial sums, [split, batch, M, N]; else ``out`` (unused)."""
+        split = self.config.split_k
+        if split == 1:
+            return out
+        batch = out.shape[0] if out.dim() == 3 else 1
+        return torch.empty((split, batch, *out.shape[-2:]), dtype=torch.float32, device=out.device)
+
+    def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: torch.Tensor) -> list[Launch]:
+        """The kernel launches computing ``out``: one, or split-K's two."""
         t, cfg = tensors, self.config
         bias = self.problem.op in ("addmm", "baddbmm")
         a, b = (t[1], t[2]) if bias else (t[0], t[1])
@@ -149,34 +226,38 @@ class TritonChoice:
         tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
         if self.spec.template == "gemm_tma":
             a_desc, a_t = _descriptor(a, cfg.block_m, cfg.block_k)
-            b_desc, b_t = _descriptor(b.t(), cfg.block_n, cfg.block_k)
+            b_desc, b_t = _descriptor(b, cfg.block_k, cfg.block_n)
             grid = (min(tiles, self.sms) if cfg.persistent else tiles,)
-            args = (a_desc, b_desc, m, n, k, *tail)
-            meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": not b_t}
+            meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": b_t, "FLATTEN": cfg.persistent}
             meta |= {"PRECISION": self.precision}
-            self._run(gemm_tma_kernel, grid, args, meta, warmup)
-            return
+            return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, *tail), meta)]
         c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
-        batch = out.shape[0] if out.dim() == 3 else 1
-        split = cfg.split_k
-        ws = torch.empty((split, batch, m, n), dtype=torch.float32, device=out.device) if split > 1 else out
+        batch, split = (out.shape[0] if out.dim() == 3 else 1), cfg.split_k
         args = (a, b, c, d, ws, m, n, k, c.shape[-1], *_mat(a), *_mat(b), *_mat(c), *_mat(d), *tail)
         even = k % cfg.block_k == 0 and c.shape[-1] % cfg.block_k == 0
         meta_gemm = meta | {"HAS_SECOND": self.problem.op == "mm_plus_mm", "BK": cfg.block_k, "GROUP": cfg.group_m}
         meta_gemm |= {"SPLIT": split, "EVEN_K": even, "PRECISION": self.precision}
-        self._run(gemm_kernel, (tiles, batch, split), args, meta_gemm, warmup)
+        launches: list[Launch] = [(gemm_kernel, (tiles, batch, split), args, meta_gemm)]
         if split > 1:
             rm, rn = REDUCE_BLOCK
             grid = (triton.cdiv(m, rm) * triton.cdiv(n, rn), batch)
             meta |= {"BM": rm, "BN": rn, "SPLIT": split, "num_warps": 4, "num_stages": 1}
-            self._run(splitk_reduce_kernel, grid, (ws, m, n, *tail), meta, warmup)
+            launches.append((splitk_reduce_kernel, grid, (ws, m, n, *tail), meta))
+        return launches
 
-    @staticmethod
-    def _run(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], meta: dict[str, Any], warmup: bool) -> None:
-        if warmup:
-            kernel.warmup(*args, grid=grid, **meta)
-        else:
-            kernel[grid](*args, **meta)
+    def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+        ws = self._workspace(out)
+        sources = (*tensors, out) if ws is out else (*tensors, out, ws)
+        direct = self._direct
+        if direct is not None and direct.aligned == _alignment(sources):
+            direct.launch(sources)
+            return
+        launches = self._launches(tensors, out, ws)
+        compiled = [kernel[grid](*args, **meta) for kernel, grid, args, meta in launches]
+        # recorded only from distinct tensors (an argument's slot is found by identity) that the
+        # kernels were compiled for, not interpreted
+        if len({id(t) for t in sources}) == len(sources) and all(hasattr(c, "run") for c in compiled):
+            self._direct = _Direct.record(launches, compiled, sources)
 
     def _output(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         out = self.problem.output
@@ -191,13 +272,16 @@ class TritonChoice:
             torch.empty_strided(m.shape, m.stride, dtype=getattr(torch, m.dtype), device=device)
             for m in self.problem.inputs
         ]
-        self._launch(tensors, self._output(tensors), warmup=True)
+        out = self._output(tensors)
+        for kernel, grid, args, meta in self._launches(tensors, out, self._workspace(out)):
+            kernel.warmup(*args, grid=grid, **meta)
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         def run(*tensors: torch.Tensor) -> torch.Tensor:
             out = self._output(tensors)
             if out.numel():
-                with torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext():
+                other = out.is_cuda and out.device.index != torch.cuda.current_device()
+                with torch.cuda.device(out.device) if other else contextlib.nullcontext():
                     self._launch(tensors, out)
             return out
 

@@ -154,7 +154,7 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
         for bm, bn, bk, warps, stages in split_k:
             bm, bn, bk = _sized(bm, bn, bk, m, n, k)
             tiles = batch * _cdiv(m, bm) * _cdiv(n, bn)
-            if tiles < sms:
+            if 0 < tiles < sms:
                 for split in _splits(tiles, k, bk, sms):
                     offer("gemm", Config(bm, bn, bk, 8, warps, stages, split_k=split))
     if tma_fits(problem):
