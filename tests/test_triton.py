@@ -82,16 +82,21 @@ def aligned(op, dtype, layout):
     b = mat(40, 24, dtype, "contiguous") if layout == "contiguous" else torch.randn(24, 40).to(dtype).t()
     return ([torch.randn(24).to(dtype), a, b], {"beta": 0.5}) if op == "addmm" else ([a, b], {})
 
+def batched_aligned(op, dtype, layout):
+    a = torch.randn(B, 70, 40).to(dtype)
+    b = torch.randn(B, 40, 24).to(dtype) if layout == "contiguous" else torch.randn(B, 24, 40).to(dtype).transpose(1, 2)
+    return ([torch.randn(B, 70, 24).to(dtype), a, b], {"beta": 0.5}) if op == "baddbmm" else ([a, b], {})
+
 def decode(op, dtype, layout):
     a, b = mat(5, 100, dtype, "contiguous"), mat(100, 19, dtype, layout)
     return ([torch.randn(19).to(dtype), a, b], {"alpha": 2.0}) if op == "addmm" else ([a, b], {})
 
 extra = []
-for make in (aligned, decode):
-    for op in ("mm", "addmm"):
+for make, ops in ((aligned, ("mm", "addmm")), (decode, ("mm", "addmm")), (batched_aligned, ("bmm", "baddbmm"))):
+    for op in ops:
         for dtype in (torch.float32, torch.float16):
             for layout in ("contiguous", "transposed"):
-                extra.append((make, op, dtype, layout, ["relu"] if op == "addmm" else []))
+                extra.append((make, op, dtype, layout, ["relu"] if op in ("addmm", "baddbmm") else []))
 
 def kind(spec):
     params = dict(spec.params)
@@ -133,7 +138,7 @@ def interpreted() -> dict:
 
 def test_every_template_and_epilogue_step_is_right_in_the_interpreter(interpreted):
     rows = interpreted["rows"]
-    assert len(rows) == 5 * 2 * 3 - 4 + 10 + 12 + 16
+    assert len(rows) == 5 * 2 * 3 - 4 + 10 + 12 + 24
     empty = [r["case"] for r in rows if not r["choices"]]
     assert not empty, f"no Triton choice for {empty}"
     wrong = [r for r in rows if not r["worst"] <= r["tolerance"]]
@@ -147,6 +152,9 @@ def test_tma_persistent_and_split_k_kernels_are_offered_where_they_fit(interpret
     for dtype in ("float32", "float16"):
         assert {"gemm", "gemm_tma", "gemm_tma-persistent"} <= kinds[f"aligned:addmm-{dtype}-contiguous-relu"]
         assert "gemm_tma" in kinds[f"aligned:mm-{dtype}-transposed-"]
+        # batches: 3-D descriptors; 3 x 3 tiles outnumber the programs
+        assert {"gemm_tma", "gemm_tma-persistent"} <= kinds[f"batched_aligned:baddbmm-{dtype}-transposed-relu"]
+        assert "gemm_tma" in kinds[f"batched_aligned:bmm-{dtype}-contiguous-"]
     # a 5 x 19 output with K = 100: one tile, so K is split
     decode = [r for r in interpreted["rows"] if r["case"].startswith("decode:mm-") and "gemm-split" in r["kinds"]]
     assert len(decode) == 4, kinds

@@ -125,12 +125,18 @@ def _mat(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int) -> tuple[Any, bool]:
-    """A TMA descriptor reading the matrix ``t`` in [rows, cols] blocks, or, when its rows are
-    the contiguous dimension, its transpose in [cols, rows] blocks; and whether it is transposed.
-    The base is ``t`` itself either way (a launch swaps in the next call's tensor)."""
-    if t.stride(1) == 1:
-        return TensorDescriptor(t, [t.shape[0], t.shape[1]], [t.stride(0), 1], [rows, cols]), False
-    return TensorDescriptor(t, [t.shape[1], t.shape[0]], [t.stride(1), 1], [cols, rows]), True
+    """A TMA descriptor reading the (batched) matrix ``t`` in [rows, cols] blocks, or, when its
+    rows are the contiguous dimension, its transpose in [cols, rows] blocks; and whether it is
+    transposed. The base is ``t`` itself either way (a launch swaps in the next call's tensor)."""
+    lead = [(t.shape[0], t.stride(0))] if t.dim() == 3 else []
+    block = [1] * len(lead)
+    r, c = t.dim() - 2, t.dim() - 1
+    transposed = t.stride(c) != 1
+    if transposed:
+        r, c, rows, cols = c, r, cols, rows
+    shape = [n for n, _ in lead] + [t.shape[r], t.shape[c]]
+    strides = [s for _, s in lead] + [t.stride(r), 1]
+    return TensorDescriptor(t, shape, strides, [*block, rows, cols]), transposed
 
 
 def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
@@ -227,10 +233,11 @@ class TritonChoice:
         if self.spec.template == "gemm_tma":
             a_desc, a_t = _descriptor(a, cfg.block_m, cfg.block_k)
             b_desc, b_t = _descriptor(b, cfg.block_k, cfg.block_n)
-            grid = (min(tiles, self.sms) if cfg.persistent else tiles,)
-            meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": b_t, "FLATTEN": cfg.persistent}
-            meta |= {"PRECISION": self.precision}
-            return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, *tail), meta)]
+            batch = out.shape[0] if out.dim() == 3 else 1
+            grid = (min(batch * tiles, self.sms) if cfg.persistent else batch * tiles,)
+            meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": b_t, "BATCHED": out.dim() == 3}
+            meta |= {"FLATTEN": cfg.persistent, "PRECISION": self.precision}
+            return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, batch, *tail), meta)]
         c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
         batch, split = (out.shape[0] if out.dim() == 3 else 1), cfg.split_k
         args = (a, b, c, d, ws, m, n, k, c.shape[-1], *_mat(a), *_mat(b), *_mat(c), *_mat(d), *tail)

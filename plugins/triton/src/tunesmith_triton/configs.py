@@ -54,6 +54,7 @@ TMA_CONFIGS = (
     (128, 128, 64, 4, 4, False),
     (128, 128, 128, 8, 3, False),
     (64, 128, 64, 4, 4, False),
+    (64, 128, 64, 4, 3, True),
 )
 #: the interpreter runs every program instance in numpy: few, small tiles
 INTERPRETER_CONFIGS = ((32, 32, 32, 4, 1), (128, 128, 64, 4, 1))
@@ -95,21 +96,23 @@ def dims(problem: Problem) -> tuple[int, int, int, int]:
 
 
 def _tma_readable(meta: TensorMeta) -> bool:
-    """Whether TMA can read this matrix: one unit stride, the other 16-byte aligned, an aligned
-    start (the allocator aligns storage to at least 16 bytes) and no empty dimension."""
+    """Whether TMA can read this (batched) matrix: one of its two last strides is 1 and every
+    other stride 16-byte aligned, an aligned start (the allocator aligns storage to at least 16
+    bytes) and no empty dimension."""
     size = torch.empty((), dtype=getattr(torch, meta.dtype)).element_size()
-    rows, cols = meta.stride
+    *lead, rows, cols = meta.stride
     outer = rows if cols == 1 else cols if rows == 1 else None
     if outer is None or 0 in meta.shape:
         return False
-    return (outer * size) % 16 == 0 and (meta.storage_offset * size) % 16 == 0
+    return all((s * size) % 16 == 0 for s in (outer, *lead, meta.storage_offset))
 
 
 def tma_fits(problem: Problem) -> bool:
-    """Whether the TMA template serves this problem: mm or addmm whose two matrices TMA can read."""
-    if TensorDescriptor is None or problem.op not in ("mm", "addmm"):
+    """Whether the TMA template serves this problem: one product (not mm + mm) of two matrices
+    TMA can read."""
+    if TensorDescriptor is None or problem.op == "mm_plus_mm":
         return False
-    first = 1 if problem.op == "addmm" else 0
+    first = 1 if problem.op in ("addmm", "baddbmm") else 0
     return all(_tma_readable(m) for m in problem.inputs[first : first + 2])
 
 
@@ -160,7 +163,7 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
     if tma_fits(problem):
         for bm, bn, bk, warps, stages, persistent in tma:
             config = Config(*_sized(bm, bn, bk, m, n, k), 8, warps, stages, persistent=persistent)
-            if persistent and _cdiv(m, config.block_m) * _cdiv(n, config.block_n) <= sms:
+            if persistent and batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) <= sms:
                 continue  # one tile per program already: the same kernel as the plain one
             offer("gemm_tma", config)
     if interpreter:

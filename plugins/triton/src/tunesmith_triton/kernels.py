@@ -194,31 +194,44 @@ def splitk_reduce_kernel(
 
 
 @triton.jit
+def _tma_block(desc, b, r, c, ROWS: tl.constexpr, COLS: tl.constexpr, T: tl.constexpr, BATCHED: tl.constexpr):
+    """The [ROWS, COLS] block at (r, c) of matrix ``b``: read as stored, or with ``T`` as the
+    transpose of the [COLS, ROWS] block of a descriptor over the transposed matrix."""
+    if BATCHED:
+        x = desc.load([b, c, r]).reshape(COLS, ROWS).T if T else desc.load([b, r, c]).reshape(ROWS, COLS)
+    else:
+        x = desc.load([c, r]).T if T else desc.load([r, c])
+    return x
+
+
+@triton.jit
 def gemm_tma_kernel(
-    a_desc, b_desc, M, N, K,
+    a_desc, b_desc, M, N, K, BATCH,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
     alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
     HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-    A_T: tl.constexpr, B_T: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, BATCHED: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """A is read as [M, K] blocks, or with ``A_T`` as [K, M] blocks of its transpose (likewise B
-    as [K, N] or [N, K]); TMA fills what lies outside the tensor with zeros. With ``FLATTEN``
+    as [K, N] or [N, K]), with a leading batch index when ``BATCHED``; TMA fills what lies
+    outside the tensor with zeros. Tiles are numbered over the batch too. With ``FLATTEN``
     (persistent programs) the tile and K loops are pipelined as one, so the next tile's loads
     overlap this tile's epilogue."""
-    tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
-    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
-        pm, pn = _tile(tile, M, N, BM, BN, GROUP)
+    per_batch = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), per_batch * BATCH, tl.num_programs(0), flatten=FLATTEN):
+        b = tile // per_batch
+        pm, pn = _tile(tile % per_batch, M, N, BM, BN, GROUP)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k in range(0, K, BK):
-            x = a_desc.load([k, pm * BM]).T if A_T else a_desc.load([pm * BM, k])
-            y = b_desc.load([pn * BN, k]).T if B_T else b_desc.load([k, pn * BN])
+            x = _tma_block(a_desc, b, pm * BM, k, BM, BK, A_T, BATCHED)
+            y = _tma_block(b_desc, b, k, pn * BN, BK, BN, B_T, BATCHED)
             acc = tl.dot(x, y, acc, input_precision=PRECISION)
         om = pm * BM + tl.arange(0, BM)
         on = pn * BN + tl.arange(0, BN)
-        _finish(acc, 0, om, on, M, N,
+        _finish(acc, b, om, on, M, N,
                 x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
                 alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
                 HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
