@@ -72,6 +72,17 @@ def problems() -> list[tuple[str, str, list[torch.Tensor], dict[str, Any], list[
                 ["silu"],
             ),
         ]
+        for layout in ("nchw", "nhwc"):
+            x = torch.randn(4, 64, 28, 30, device="cuda").to(dtype)
+            if layout == "nhwc":
+                x = x.contiguous(memory_format=torch.channels_last)
+            w3 = torch.randn(96, 64, 3, 3, device="cuda").to(dtype)
+            w1 = torch.randn(96, 64, 1, 1, device="cuda").to(dtype)
+            bias = torch.randn(96, device="cuda").to(dtype)
+            out += [
+                (f"conv3x3-{layout}-relu-{name}", "conv", [x, w3, bias], {"padding": 1}, ["relu"]),
+                (f"conv1x1-{layout}-stride2-{name}", "conv", [x, w1], {"stride": 2}, []),
+            ]
     return out
 
 
