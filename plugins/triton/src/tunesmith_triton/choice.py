@@ -235,12 +235,9 @@ class TritonChoice:
             b_desc, b_t = _descriptor(b, cfg.block_k, cfg.block_n)
             batch = out.shape[0] if out.dim() == 3 else 1
             grid = (min(batch * tiles, self.sms) if cfg.persistent else batch * tiles,)
-            # persistent programs store through TMA where the output rows are 16-byte aligned
-            store = cfg.persistent and (n * out.element_size()) % 16 == 0
-            o_desc = _descriptor(out, cfg.block_m, cfg.block_n)[0] if store else a_desc
             meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": b_t, "BATCHED": out.dim() == 3}
-            meta |= {"FLATTEN": cfg.persistent, "TMA_STORE": store, "PRECISION": self.precision}
-            return [(gemm_tma_kernel, grid, (a_desc, b_desc, o_desc, m, n, k, batch, *tail), meta)]
+            meta |= {"FLATTEN": cfg.persistent, "PRECISION": self.precision}
+            return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, batch, *tail), meta)]
         c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
         batch, split = (out.shape[0] if out.dim() == 3 else 1), cfg.split_k
         args = (a, b, c, d, ws, m, n, k, c.shape[-1], *_mat(a), *_mat(b), *_mat(c), *_mat(d), *tail)

@@ -71,15 +71,15 @@ def _step(acc, CODE: tl.constexpr, scalar, e_ptr, s_b, s_m, s_n, b, om, on, mask
 
 
 @triton.jit
-def _epilogue(
+def _finish(
     acc, b, om, on, M, N,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-    alpha, beta, v0, v1, v2, v3,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
     HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
 ):  # fmt: skip
-    """alpha * acc + beta * bias, then the epilogue steps, on one output tile."""
+    """alpha * acc + beta * bias, the epilogue steps, and the store of one output tile."""
     mask = (om[:, None] < M) & (on[None, :] < N)
     if HAS_BIAS:
         bias = tl.load(x_ptr + b * s_xb + om[:, None] * s_xm + on[None, :] * s_xn, mask=mask, other=0.0)
@@ -92,24 +92,8 @@ def _epilogue(
                 s_e0n if O2 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
     acc = _step(acc, S3, v3, e0_ptr if O3 == 0 else e1_ptr, s_e0b if O3 == 0 else s_e1b, s_e0m if O3 == 0 else s_e1m,
                 s_e0n if O3 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
-    return acc
-
-
-@triton.jit
-def _finish(
-    acc, b, om, on, M, N,
-    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
-    HAS_BIAS: tl.constexpr,
-    S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
-    O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
-):  # fmt: skip
-    """The epilogue and the store of one output tile."""
-    acc = _epilogue(acc, b, om, on, M, N,
-                    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                    alpha, beta, v0, v1, v2, v3, HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
     out = out_ptr + b * s_ob + om[:, None] * s_om + on[None, :] * s_on
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(om[:, None] < M) & (on[None, :] < N))
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -222,22 +206,20 @@ def _tma_block(desc, b, r, c, ROWS: tl.constexpr, COLS: tl.constexpr, T: tl.cons
 
 @triton.jit
 def gemm_tma_kernel(
-    a_desc, b_desc, o_desc, M, N, K, BATCH,
+    a_desc, b_desc, M, N, K, BATCH,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
     alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
     HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-    A_T: tl.constexpr, B_T: tl.constexpr, BATCHED: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr,
-    PRECISION: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, BATCHED: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """A is read as [M, K] blocks, or with ``A_T`` as [K, M] blocks of its transpose (likewise B
     as [K, N] or [N, K]), with a leading batch index when ``BATCHED``; TMA fills what lies
     outside the tensor with zeros. Tiles are numbered over the batch too. With ``FLATTEN``
     (persistent programs) the tile and K loops are pipelined as one, so the next tile's loads
-    overlap this tile's epilogue. With ``TMA_STORE`` the tile leaves through ``o_desc`` (the
-    contiguous output; TMA drops what lies outside it)."""
+    overlap this tile's epilogue."""
     per_batch = tl.cdiv(M, BM) * tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), per_batch * BATCH, tl.num_programs(0), flatten=FLATTEN):
         b = tile // per_batch
@@ -249,17 +231,7 @@ def gemm_tma_kernel(
             acc = tl.dot(x, y, acc, input_precision=PRECISION)
         om = pm * BM + tl.arange(0, BM)
         on = pn * BN + tl.arange(0, BN)
-        if TMA_STORE:
-            acc = _epilogue(acc, b, om, on, M, N,
-                            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                            alpha, beta, v0, v1, v2, v3, HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
-            value = acc.to(out_ptr.dtype.element_ty)
-            if BATCHED:
-                o_desc.store([b, pm * BM, pn * BN], value.reshape(1, BM, BN))
-            else:
-                o_desc.store([pm * BM, pn * BN], value)
-        else:
-            _finish(acc, b, om, on, M, N,
-                    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
-                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+        _finish(acc, b, om, on, M, N,
+                x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
