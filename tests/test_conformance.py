@@ -17,10 +17,12 @@ from conftest import run_env
 SUITE_BOUND_S = 180
 
 
-def conformance(*args: str, sites: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = run_env(PYTHONPATH=":".join(map(str, sites)))
+def conformance(
+    *args: str, sites: tuple[Path, ...] = (), timeout: float = SUITE_BOUND_S, **env: str
+) -> subprocess.CompletedProcess[str]:
+    environ = run_env(PYTHONPATH=":".join(map(str, sites)), **env)
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "tunesmith.conformance", *args]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=SUITE_BOUND_S)
+    return subprocess.run(argv, capture_output=True, text=True, env=environ, timeout=timeout)
 
 
 def counts(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -39,6 +41,15 @@ def test_aten_passes_the_whole_suite():
     assert "tunesmith conformance: plugin 'aten' (tunesmith-aten 0.1.0), kinds: backend, runs here" in proc.stdout
     result = counts(proc)
     assert result["passed"] >= 540 and "failed" not in result  # 6 ops x 3 dtypes x 30 cases, and more
+
+
+def test_triton_passes_the_suite_in_float32_in_the_interpreter():
+    """Every op in float32 (float16 runs the same templates: the whole suite, both dtypes, passes
+    in about 5 minutes on 2 cores, see benchmarks/results/conformance_triton_interpreter.txt)."""
+    proc = conformance("--tunesmith-plugin", "triton", "-k", "float32", timeout=600, TRITON_INTERPRET="1")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    result = counts(proc)
+    assert result["passed"] >= 6 * 30 and "failed" not in result  # mm, addmm, bmm, baddbmm, mm + mm, conv
 
 
 def test_the_builtin_disk_layer_passes_the_cache_checks():
