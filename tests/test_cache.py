@@ -210,3 +210,23 @@ def test_local_layer_rejects_keys_that_are_paths(tmp_path):
     layer.put("ab" * 32, b"{}")
     assert layer.get("ab" * 32) == b"{}" and layer.get("cd" * 32) is None
     assert layer.stats()["entries"] == 1 and layer.clear() == 1 and layer.stats()["entries"] == 0
+
+
+def test_key_covers_the_tf32_permissions():
+    """A float32 GEMM may use TF32 when torch's matmul precision allows it, a convolution when
+    cuDNN's flag does: each is in its key."""
+    cpu = torch.device("cpu")
+    mm, _ = build_problem("mm", [A, B], {})
+    conv, _ = build_problem("conv", [torch.randn(1, 3, 6, 6), torch.randn(4, 3, 3, 3)], {})
+    precision, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    keys = {name: selection_key(p, cpu, [("aten", "0.1.0")]) for name, p in (("mm", mm), ("conv", conv))}
+    try:
+        torch.set_float32_matmul_precision("high" if precision == "highest" else "highest")
+        assert selection_key(mm, cpu, [("aten", "0.1.0")]) != keys["mm"]
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = not cudnn
+        assert selection_key(conv, cpu, [("aten", "0.1.0")]) != keys["conv"]
+        assert selection_key(mm, cpu, [("aten", "0.1.0")]) == keys["mm"]
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = cudnn

@@ -5,15 +5,19 @@ float64 reference."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
+from tunesmith_triton.choice import TritonChoice, _Direct
 
 import tunesmith
 from tunesmith.problem import build_problem
+from tunesmith_hookspecs import ChoiceSpec
 
 from conftest import run_env
 
@@ -23,6 +27,8 @@ import tunesmith
 from tunesmith import hooks
 from tunesmith.ops import reference, relative_error, tolerance
 from tunesmith.problem import build_problem
+from tunesmith_hookspecs import ChoiceSpec
+from tunesmith_triton.choice import TritonChoice, _Direct
 from tunesmith_triton import tunesmith_choices, tunesmith_rebuild_choice
 
 torch.manual_seed(0)
@@ -183,3 +189,69 @@ def test_a_chain_longer_than_the_template_takes_is_not_offered():
     three_tensors, _ = build_problem("mm", [a, b], {}, [("add", a), ("add", a), ("add", a)])
     assert epilogue_plan(five) is None and epilogue_plan(three_tensors) is None
     assert epilogue_plan(four) == ([1, 1, 1, 1], [0, 0, 0, 0], [0.0] * 4, [])
+
+
+class _Recorder:
+    """Stands in for a compiled kernel: keeps the arguments of each launch."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, ...], tuple]] = []
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append((grid, args))
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return x is y
+    if hasattr(x, "block_shape"):  # a TMA descriptor: the same tensor, read the same way
+        return x.base is y.base and (x.shape, x.strides, x.block_shape) == (y.shape, y.strides, y.block_shape)
+    return x == y
+
+
+@pytest.mark.parametrize(
+    "template, params",
+    [("gemm", {"split_k": 2}), ("gemm_tma", {"persistent": True}), ("gemm_tma", {})],
+)
+def test_a_recorded_launch_takes_each_calls_tensors_and_keeps_none(template, params):
+    """The direct launch (the GPU path past Triton's binder): replayed with new tensors, every
+    argument is what Triton's own launch would be given, and the record holds no tensor."""
+
+    def tensors():
+        return [torch.randn(24), torch.randn(70, 40), torch.randn(24, 40).t()]
+
+    problem, first = build_problem("addmm", tensors(), {"beta": 0.5}, ["relu"])
+    tile = {"block_m": 32, "block_n": 32, "block_k": 16, "group_m": 8, "num_warps": 4, "num_stages": 1}
+    choice = TritonChoice(ChoiceSpec("triton", template, {**tile, **params}), problem, "ieee", sms=2)
+
+    def sources(inputs):
+        out = choice._output(inputs)
+        ws = choice._workspace(out)
+        return inputs, out, ws, ((*inputs, out) if ws is out else (*inputs, out, ws))
+
+    inputs, out, ws, srcs = sources(first)
+    recorders = [_Recorder() for _ in choice._launches(inputs, out, ws)]
+    direct = _Direct.record(choice._launches(inputs, out, ws), recorders, srcs)
+    kept = [weakref.ref(t) for t in srcs]
+    del inputs, out, ws, srcs, first
+    gc.collect()
+    assert not any(ref() is not None for ref in kept), "the record keeps a tensor alive"
+
+    inputs, out, ws, srcs = sources(build_problem("addmm", tensors(), {"beta": 0.5}, ["relu"])[1])
+    direct.launch(srcs)
+    for (kernel, grid, args, meta), recorder in zip(choice._launches(inputs, out, ws), recorders, strict=True):
+        [(got_grid, got)] = recorder.calls
+        constants = tuple(meta[p.name] for p in kernel.params if p.is_constexpr)
+        assert got_grid == (*grid, 1, 1)[:3]
+        assert len(got) == len(args) + len(constants)
+        assert all(_same(g, w) for g, w in zip(got, (*args, *constants), strict=True))
+
+
+def test_specs_that_name_no_kernel_are_refused():
+    tile = {"block_m": 32, "block_n": 32, "block_k": 16, "group_m": 8, "num_warps": 4, "num_stages": 1}
+    mm2, _ = build_problem("mm_plus_mm", [torch.randn(8, 8) for _ in range(4)], {})
+    with pytest.raises(ValueError, match="split_k"):
+        TritonChoice(ChoiceSpec("triton", "gemm", {**tile, "split_k": 2}), mm2, "ieee")
+    mm, _ = build_problem("mm", [torch.randn(8, 8), torch.randn(8, 8)], {})
+    with pytest.raises(ValueError, match="persistent"):
+        TritonChoice(ChoiceSpec("triton", "gemm", {**tile, "persistent": True}), mm, "ieee")

@@ -65,4 +65,6 @@ def selection_key(problem: Problem, device: torch.device, backends: Sequence[tup
         "backends": [list(b) for b in backends],
         "fp32_precision": torch.get_float32_matmul_precision(),
     }
+    if problem.op == "conv":  # a float32 convolution may use TF32 when cuDNN may
+        body["cudnn_tf32"] = torch.backends.cudnn.allow_tf32
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -101,9 +101,9 @@ _lock = threading.Lock()
 
 def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
     """What the kernel of a call depends on: the recipe, each tensor's layout, and the float32
-    precision that the selection's cache key also holds."""
+    precision (matmul and cuDNN) that the selection's cache key also holds."""
     layouts = ((t.shape, t.stride(), t.dtype, t.device, t.storage_offset()) for t in tensors)
-    return (recipe, torch.get_float32_matmul_precision(), *layouts)
+    return (recipe, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, *layouts)
 
 
 def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel) -> Kernel:

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 from tunesmith_hookspecs import Choice, ChoiceSpec, PluginStatus, Problem, hookimpl
-from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan
+from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan, precision
 from tunesmith_triton.configs import configs_for, multiprocessors, tma_fits
-from tunesmith_triton.conv import CONV_TEMPLATE, ConvChoice, conv_choices, conv_precision
+from tunesmith_triton.conv import CONV_TEMPLATE, ConvChoice, conv_choices
 
 __all__ = ["ConvChoice", "TritonChoice", "tunesmith_choices", "tunesmith_plugin_status", "tunesmith_rebuild_choice"]
 
@@ -50,11 +50,6 @@ def tunesmith_plugin_status() -> PluginStatus:
     return PluginStatus(True, reason, ops=SERVED, dtypes=_dtypes(), devices=(device,))
 
 
-def _precision(problem: Problem) -> str:
-    tf32 = problem.inputs[0].dtype == "float32" and torch.get_float32_matmul_precision() != "highest"
-    return "tf32" if tf32 and problem.device == "cuda" else "ieee"
-
-
 def _offered(problem: Problem) -> bool:
     op_inputs = problem.inputs[: problem.num_op_inputs]
     return (
@@ -77,9 +72,9 @@ def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
         return []
     if problem.op == "conv":
         return conv_choices(problem, interpreting())
-    precision, sms = _precision(problem), _multiprocessors()
+    dot, sms = precision(problem), _multiprocessors()
     return [
-        TritonChoice(ChoiceSpec(NAME, template, config.params()), problem, precision, sms)
+        TritonChoice(ChoiceSpec(NAME, template, config.params()), problem, dot, sms)
         for template, config in configs_for(problem, interpreting())
     ]
 
@@ -90,7 +85,7 @@ def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | Non
         return None
     if spec.template == CONV_TEMPLATE:
         try:
-            return ConvChoice(spec, problem, conv_precision(problem))
+            return ConvChoice(spec, problem, precision(problem))
         except (TypeError, ValueError):  # params of another version, or a problem the template declines
             return None
     if spec.template not in TEMPLATES:
@@ -98,6 +93,6 @@ def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | Non
     if spec.template == "gemm_tma" and not tma_fits(problem):
         return None
     try:
-        return TritonChoice(spec, problem, _precision(problem), _multiprocessors())
+        return TritonChoice(spec, problem, precision(problem), _multiprocessors())
     except (TypeError, ValueError):  # params of another version of the plugin
         return None

@@ -11,6 +11,7 @@ import attrs
 import torch
 import triton
 
+from tunesmith.ops import tf32_allowed
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.kernels import (
     CODES,
@@ -110,6 +111,12 @@ def finish_args(
     return args, meta
 
 
+def precision(problem: Problem) -> str:
+    """``tl.dot``'s input precision: TF32 for float32 where torch's own kernels may use it (the
+    float32 matmul precision for GEMMs, cuDNN's allow_tf32 for convolutions)."""
+    return "tf32" if problem.inputs[0].dtype == "float32" and tf32_allowed(problem) else "ieee"
+
+
 def _strides3(t: torch.Tensor) -> tuple[int, int, int]:
     """(batch, row, col) strides of ``t`` broadcast to [batch?, rows, cols] (0 where broadcast)."""
     shape, stride = list(t.shape), list(t.stride())
@@ -152,12 +159,13 @@ class _Direct:
     """A choice's launches replayed on the compiled kernels, past Triton's per-call binding of
     ~45 arguments (tens of microseconds a launch). Shapes, strides and scalars are the
     Problem's, so only the tensors change: each call puts its tensors (inputs, output,
-    workspace) into the recorded argument slots. Valid while every tensor keeps the 16-byte
-    alignment the kernels were specialised for."""
+    workspace) into the recorded argument slots, which hold no tensor in between (the record
+    keeps no memory alive). Valid for tensors of the recorded layout and 16-byte alignment on the
+    recorded device (a compiled kernel is loaded on one GPU)."""
 
     launches: tuple[tuple[Any, tuple[int, int, int], tuple[Any, ...], tuple[tuple[int, int], ...]], ...]
-    descriptors: tuple[tuple[int, int, int], ...]  # (launch, argument, source) of TMA descriptors
-    aligned: tuple[bool, ...]
+    descriptors: tuple[tuple[int, int, int, Any], ...]  # (launch, argument, source, emptied descriptor)
+    layout: tuple[tuple[Any, ...], ...]
 
     @classmethod
     def record(cls, launches: Sequence[Launch], compiled: Sequence[Any], sources: Sequence[torch.Tensor]) -> _Direct:
@@ -169,15 +177,18 @@ class _Direct:
             # the compiled kernel takes every parameter in order: constexprs (the last ones) too
             constants = tuple(meta[p.name] for p in kernel.params if p.is_constexpr)
             slots = tuple((i, source(a)) for i, a in enumerate(args) if isinstance(a, torch.Tensor))
-            descs = [(i, a) for i, a in enumerate(args) if isinstance(a, TensorDescriptor or ())]
-            descriptors += [(n, i, source(a.base)) for i, a in descs]
-            steps.append((binary, _grid3(grid), (*args, *constants), slots))
-        return cls(tuple(steps), tuple(descriptors), _alignment(sources))
+            values = [None if isinstance(a, torch.Tensor) else a for a in args]
+            for i, a in enumerate(args):
+                if isinstance(a, TensorDescriptor or ()):
+                    descriptors.append((n, i, source(a.base), _emptied(a)))
+                    values[i] = None
+            steps.append((binary, _grid3(grid), (*values, *constants), slots))
+        return cls(tuple(steps), tuple(descriptors), layout(sources))
 
     def launch(self, sources: Sequence[torch.Tensor]) -> None:
         args = [list(step[2]) for step in self.launches]
-        for n, i, j in self.descriptors:
-            desc = copy.copy(args[n][i])
+        for n, i, j, empty in self.descriptors:
+            desc = copy.copy(empty)
             desc.base = sources[j]
             args[n][i] = desc
         for (binary, grid, _, slots), values in zip(self.launches, args, strict=True):
@@ -186,8 +197,17 @@ class _Direct:
             binary[grid](*values)
 
 
-def _alignment(tensors: Sequence[torch.Tensor]) -> tuple[bool, ...]:
-    return tuple(t.data_ptr() % 16 == 0 for t in tensors)
+def _emptied(desc: Any) -> Any:
+    """A copy of a TMA descriptor without its tensor."""
+    empty = copy.copy(desc)
+    empty.base = None
+    return empty
+
+
+def layout(tensors: Sequence[torch.Tensor]) -> tuple[tuple[Any, ...], ...]:
+    """What a compiled launch depends on beyond the Problem: each tensor's device, shape,
+    strides and 16-byte alignment."""
+    return tuple((t.device, t.shape, t.stride(), t.data_ptr() % 16 == 0) for t in tensors)
 
 
 class TritonChoice:
@@ -198,11 +218,15 @@ class TritonChoice:
             raise ValueError(f"unknown Triton template {spec.template!r}")
         self.spec, self.problem, self.precision, self.sms = spec, problem, precision, sms
         self.config = Config(**dict(spec.params))
+        if self.config.split_k > 1 and (spec.template != "gemm" or problem.op == "mm_plus_mm"):
+            raise ValueError("split_k > 1 is for the gemm template of one product")
+        if self.config.persistent and spec.template != "gemm_tma":
+            raise ValueError("persistent is for the gemm_tma template")
         plan = epilogue_plan(problem)
         if plan is None:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
         self.codes, self.slots, self.scalars, self.operands = plan
-        self._direct: _Direct | None = None
+        self._direct: dict[int, _Direct] = {}  # by device index
 
     def _epilogue(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The kernels' shared tail of arguments (bias, epilogue operands, scalars, output) and
@@ -255,8 +279,8 @@ class TritonChoice:
     def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> None:
         ws = self._workspace(out)
         sources = (*tensors, out) if ws is out else (*tensors, out, ws)
-        direct = self._direct
-        if direct is not None and direct.aligned == _alignment(sources):
+        direct = self._direct.get(out.device.index or 0)
+        if direct is not None and direct.layout == layout(sources):
             direct.launch(sources)
             return
         launches = self._launches(tensors, out, ws)
@@ -264,7 +288,7 @@ class TritonChoice:
         # recorded only from distinct tensors (an argument's slot is found by identity) that the
         # kernels were compiled for, not interpreted
         if len({id(t) for t in sources}) == len(sources) and all(hasattr(c, "run") for c in compiled):
-            self._direct = _Direct.record(launches, compiled, sources)
+            self._direct[out.device.index or 0] = _Direct.record(launches, compiled, sources)
 
     def _output(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         out = self.problem.output

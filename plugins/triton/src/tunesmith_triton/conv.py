@@ -21,9 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from tunesmith.ops import tf32_allowed
 from tunesmith_hookspecs import ChoiceSpec, Problem
-from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args
+from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
 from tunesmith_triton.configs import _cdiv, _pow2_at_least, _shared_memory
 from tunesmith_triton.kernels import _finish, _tile
 
@@ -130,11 +129,6 @@ def conv_plan(problem: Problem) -> tuple[list[int], list[int], list[float], list
     return plan if all(pixel_strides(m.shape, m.stride, out) is not None for m in metas) else None
 
 
-def conv_precision(problem: Problem) -> str:
-    """TF32 for float32 where torch's own convolutions may use it (cuDNN's allow_tf32)."""
-    return "tf32" if problem.inputs[0].dtype == "float32" and tf32_allowed(problem) else "ieee"
-
-
 def _sizes(problem: Problem) -> tuple[int, int, int, int, int]:
     """(images, output pixels, output channels, input channels, filter taps)."""
     n, oc, oh, ow = problem.output.shape
@@ -177,7 +171,7 @@ class ConvChoice(TritonChoice):
             raise ValueError("the Triton conv template does not serve this problem")
         self.spec, self.problem, self.precision, self.plan = spec, problem, precision, plan
         self.config = Config(**dict(spec.params))
-        self._direct = None  # TritonChoice._launch's record of the compiled launch
+        self._direct = {}  # TritonChoice._launch's records of the compiled launch, by device
 
     def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: torch.Tensor) -> list[Launch]:
         p, cfg = self.problem, self.config
@@ -206,8 +200,8 @@ def conv_choices(problem: Problem, interpreter: bool) -> list[Any]:
     """Every conv choice for ``problem`` (none when the template does not serve it)."""
     if conv_plan(problem) is None:
         return []
-    precision = conv_precision(problem)
+    dot = precision(problem)
     return [
-        ConvChoice(ChoiceSpec(NAME, CONV_TEMPLATE, config.params()), problem, precision)
+        ConvChoice(ChoiceSpec(NAME, CONV_TEMPLATE, config.params()), problem, dot)
         for config in conv_configs(problem, interpreter)
     ]
