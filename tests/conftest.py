@@ -4,6 +4,7 @@ and a clean TUNESMITH_* environment; fixture plugins are installed for real into
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -45,6 +46,16 @@ def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest
 def run_env(**extra: str) -> dict[str, str]:
     """The environment of the test (isolated above) for a subprocess, plus ``extra``."""
     return {**os.environ, **extra}
+
+
+def run_interpreted(script: str) -> dict:
+    """Run ``script`` in a subprocess with Triton's interpreter on (the flag is read when kernels
+    are defined); the JSON object of its last output line."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=run_env(TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,6 @@ float64 reference."""
 from __future__ import annotations
 
 import gc
-import json
-import subprocess
-import sys
 import weakref
 
 import pytest
@@ -19,7 +16,7 @@ import tunesmith
 from tunesmith.problem import build_problem
 from tunesmith_hookspecs import ChoiceSpec
 
-from conftest import run_env
+from conftest import run_interpreted
 
 CHECK = r"""
 import json, torch
@@ -135,11 +132,7 @@ print(json.dumps({"rows": rows, "bf16_choices": len(tunesmith_choices(bf16, None
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECK], env=run_env(TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(CHECK)
 
 
 def test_every_template_and_epilogue_step_is_right_in_the_interpreter(interpreted):

@@ -5,13 +5,9 @@ chain, each choice and its rebuilt twin against the float64 reference; and what 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from conftest import run_env
+from conftest import run_interpreted
 
 CHECK = r"""
 import json, torch
@@ -101,11 +97,7 @@ print(json.dumps({"rows": rows, "declined": declined}))
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECK], env=run_env(TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(CHECK)
 
 
 def test_every_conv_case_is_right_in_the_interpreter(interpreted):
