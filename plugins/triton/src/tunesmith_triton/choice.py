@@ -1,4 +1,5 @@
-"""A Triton choice: one tile config of the GEMM template for one Problem, and its launch."""
+"""A Triton choice: one config of a GEMM template for one Problem, its kernel launches, and their
+direct replay past Triton's argument binding."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ except ImportError:  # pragma: no cover - older Triton: no TMA template
     TensorDescriptor = None
 
 NAME = "triton"
-#: the ops the GEMM templates serve (convolution comes later)
+#: the ops the GEMM templates serve (conv has its own template: conv.py)
 OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm")
 #: the templates: pointer loads with any strides (and split-K), and TMA descriptor loads
 TEMPLATES = ("gemm", "gemm_tma")
