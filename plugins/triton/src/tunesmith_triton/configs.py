@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -118,7 +119,7 @@ def tma_fits(problem: Problem) -> bool:
     return all(_tma_readable(m) for m in problem.inputs[first : first + 2])
 
 
-def _sized(bm: int, bn: int, bk: int, m: int, n: int, k: int) -> tuple[int, int, int]:
+def sized(bm: int, bn: int, bk: int, m: int, n: int, k: int) -> tuple[int, int, int]:
     """A tile no more than twice each dimension (rounded up to a power of two)."""
     return min(bm, _pow2_at_least(m)), min(bn, _pow2_at_least(n)), min(bk, _pow2_at_least(k))
 
@@ -149,35 +150,42 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
     found: list[tuple[str, Config]] = []
 
     def offer(template: str, config: Config) -> None:
-        fits = limit is None or config.num_stages * (config.block_m + config.block_n) * config.block_k * size <= limit
-        if fits and (template, config) not in found:
+        if fits(config, size, limit) and (template, config) not in found:
             found.append((template, config))
 
     for bm, bn, bk, warps, stages in plain:
-        offer("gemm", Config(*_sized(bm, bn, bk, m, n, k), 8, warps, stages))
+        offer("gemm", Config(*sized(bm, bn, bk, m, n, k), 8, warps, stages))
     if problem.op != "mm_plus_mm":
         for bm, bn, bk, warps, stages in split_k:
-            bm, bn, bk = _sized(bm, bn, bk, m, n, k)
+            bm, bn, bk = sized(bm, bn, bk, m, n, k)
             tiles = batch * _cdiv(m, bm) * _cdiv(n, bn)
             if 0 < tiles < sms:
                 for split in _splits(tiles, k, bk, sms):
                     offer("gemm", Config(bm, bn, bk, 8, warps, stages, split_k=split))
     if tma_fits(problem):
         for bm, bn, bk, warps, stages, persistent in tma:
-            config = Config(*_sized(bm, bn, bk, m, n, k), 8, warps, stages, persistent=persistent)
+            config = Config(*sized(bm, bn, bk, m, n, k), 8, warps, stages, persistent=persistent)
             if persistent and batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) <= sms:
                 continue  # one tile per program already: the same kernel as the plain one
             offer("gemm_tma", config)
     if interpreter:
-        found = _affordable(found, batch, m, n, k)
+
+        def work(item: tuple[str, Config]) -> int:
+            config = item[1]
+            return batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) * _cdiv(k, config.block_k)
+
+        found = affordable(found, work, INTERPRETER_WORK)
     return found
 
 
-def _affordable(found: list[tuple[str, Config]], batch: int, m: int, n: int, k: int) -> list[tuple[str, Config]]:
-    """In the interpreter, the configs within its work budget, and always the largest tile."""
+def fits(config: Config, size: int, limit: int | None) -> bool:
+    """Whether the config's pipeline (an A and a B tile of ``size``-byte elements per stage) fits
+    ``limit`` bytes of shared memory (None: no limit, the interpreter)."""
+    return limit is None or config.num_stages * (config.block_m + config.block_n) * config.block_k * size <= limit
 
-    def work(config: Config) -> int:
-        return batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) * _cdiv(k, config.block_k)
 
-    least = min(work(c) for _, c in found)
-    return [(t, c) for t, c in found if work(c) <= max(INTERPRETER_WORK, least)]
+def affordable(items: list[Any], work: Callable[[Any], int], budget: int) -> list[Any]:
+    """In the interpreter, the items whose work (tile iterations) is within ``budget``, and
+    always the one of least work."""
+    least = min(work(item) for item in items)
+    return [item for item in items if work(item) <= max(budget, least)]

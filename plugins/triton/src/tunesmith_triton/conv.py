@@ -23,7 +23,7 @@ import triton.language as tl
 
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
-from tunesmith_triton.configs import _cdiv, _pow2_at_least, _shared_memory
+from tunesmith_triton.configs import _cdiv, _shared_memory, affordable, fits, sized
 from tunesmith_triton.kernels import _finish, _tile
 
 CONV_TEMPLATE = "conv"
@@ -145,17 +145,15 @@ def conv_configs(problem: Problem, interpreter: bool) -> list[Config]:
     limit = None if interpreter else _shared_memory(torch.cuda.current_device())
     found: list[Config] = []
     for bm, bn, bk, warps, stages in INTERPRETER_CONFIGS if interpreter else GPU_CONFIGS:
-        bm, bn, bk = min(bm, _pow2_at_least(m)), min(bn, _pow2_at_least(oc)), min(bk, _pow2_at_least(c))
-        config = Config(bm, bn, bk, GROUP_M, warps, stages)
-        if (limit is None or stages * (bm + bn) * bk * size <= limit) and config not in found:
+        config = Config(*sized(bm, bn, bk, m, oc, c), GROUP_M, warps, stages)
+        if fits(config, size, limit) and config not in found:
             found.append(config)
     if interpreter:
 
         def work(cfg: Config) -> int:
             return n * _cdiv(m, cfg.block_m) * _cdiv(oc, cfg.block_n) * taps * _cdiv(c, cfg.block_k)
 
-        least = min(work(cfg) for cfg in found)
-        found = [cfg for cfg in found if work(cfg) <= max(INTERPRETER_WORK, least)]
+        found = affordable(found, work, INTERPRETER_WORK)
     return found
 
 
