@@ -13,6 +13,7 @@ import torch
 import triton
 
 from tunesmith.ops import tf32_allowed
+from tunesmith.problem import torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.kernels import (
     CODES,
@@ -293,7 +294,7 @@ class TritonChoice:
 
     def _output(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         out = self.problem.output
-        return torch.empty(out.shape, dtype=getattr(torch, out.dtype), device=tensors[0].device)
+        return torch.empty(out.shape, dtype=torch_dtype(out.dtype), device=tensors[0].device)
 
     def precompile(self) -> None:
         """Compile the kernels for this Problem's layout (on a GPU; the interpreter compiles nothing)."""
@@ -301,7 +302,7 @@ class TritonChoice:
             return
         device = torch.device("cuda", torch.cuda.current_device())
         tensors = [
-            torch.empty_strided(m.shape, m.stride, dtype=getattr(torch, m.dtype), device=device)
+            torch.empty_strided(m.shape, m.stride, dtype=torch_dtype(m.dtype), device=device)
             for m in self.problem.inputs
         ]
         out = self._output(tensors)

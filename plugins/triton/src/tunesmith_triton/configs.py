@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from tunesmith.problem import torch_dtype
 from tunesmith_hookspecs import Problem, TensorMeta
 from tunesmith_triton.choice import Config, TensorDescriptor
 
@@ -102,7 +103,7 @@ def _tma_readable(meta: TensorMeta) -> bool:
     """Whether TMA can read this (batched) matrix: one of its two last strides is 1 and every
     other stride 16-byte aligned, an aligned start (the allocator aligns storage to at least 16
     bytes) and no empty dimension."""
-    size = torch.empty((), dtype=getattr(torch, meta.dtype)).element_size()
+    size = torch_dtype(meta.dtype).itemsize
     *lead, rows, cols = meta.stride
     outer = rows if cols == 1 else cols if rows == 1 else None
     if outer is None or 0 in meta.shape:
@@ -139,7 +140,7 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
     """(template, config) pairs worth timing for ``problem``: each fits shared memory and no
     tile is more than twice the size of its dimension."""
     batch, m, n, k = dims(problem)
-    size = 4 if problem.inputs[0].dtype == "float32" else 2
+    size = torch_dtype(problem.inputs[0].dtype).itemsize
     if interpreter:
         plain, split_k, tma = INTERPRETER_CONFIGS, INTERPRETER_SPLIT_K, INTERPRETER_TMA
         limit, sms = None, 2

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tunesmith.problem import torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
 from tunesmith_triton.configs import _cdiv, _shared_memory, affordable, fits, sized
@@ -141,7 +142,7 @@ def conv_configs(problem: Problem, interpreter: bool) -> list[Config]:
     GPU only those whose pipeline fits shared memory; in the interpreter, those within its work
     budget (always the one of least work)."""
     n, m, oc, c, taps = _sizes(problem)
-    size = 4 if problem.inputs[0].dtype == "float32" else 2
+    size = torch_dtype(problem.inputs[0].dtype).itemsize
     limit = None if interpreter else _shared_memory(torch.cuda.current_device())
     found: list[Config] = []
     for bm, bn, bk, warps, stages in INTERPRETER_CONFIGS if interpreter else GPU_CONFIGS:
