@@ -100,10 +100,6 @@ def _reference(fn: Any, scalars: dict[str, Any], tensors: list[Any]) -> Any:
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def _error(out: Any, ref: Any) -> float:
-    return float((out.float() - ref).norm() / ref.norm())
-
-
 def _time(fn: Any) -> float:
     from triton.testing import do_bench
 
@@ -167,13 +163,14 @@ def _case_row(case: Any, inductor: bool) -> dict[str, Any]:
     import torch
 
     from tunesmith import problemset
+    from tunesmith.ops import relative_error
     from tunesmith.problem import flops
 
     tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
     eager = _eager(case)
-    ref = _reference(eager, scalars, tensors)
+    ref = _reference(eager, scalars, tensors).double().cpu()
     row: dict[str, Any] = {"name": case.name, "op": case.op, "shape": problemset.shape_text(case), "dtype": case.dtype}
-    row["aten_rel_error"] = _error(eager(scalars, *tensors), ref)
+    row["aten_rel_error"] = relative_error(eager(scalars, *tensors), ref)
 
     cold = _in_fresh_process("--cold", case.name, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton_cold_"))
     row["tunesmith_tune_s"] = cold["tune_s"]
@@ -185,7 +182,7 @@ def _case_row(case: Any, inductor: bool) -> dict[str, Any]:
     row["tuning_top5_ms"] = [[spec, ms] for ms, spec in ranked[:5]]
     row["failed"] = {str(t.spec): t.error for t in sel.report.timings if getattr(t, "error", None)}
     row["tuning_aten_ms"] = min((ms for ms, spec in ranked if spec.startswith("aten")), default=None)
-    row["tunesmith_rel_error"] = _error(sel.kernel(*tensors), ref)
+    row["tunesmith_rel_error"] = relative_error(sel.kernel(*tensors), ref)
 
     paths = {"aten": lambda: eager(scalars, *tensors), "tunesmith": lambda: sel.kernel(*tensors)}
     if inductor:
@@ -195,7 +192,7 @@ def _case_row(case: Any, inductor: bool) -> dict[str, Any]:
         out = compiled(scalars, *tensors)
         _sync()
         row["inductor_compile_s"] = time.perf_counter() - start
-        row["inductor_rel_error"] = _error(out, ref)
+        row["inductor_rel_error"] = relative_error(out, ref)
         paths["inductor"] = lambda: compiled(scalars, *tensors)
     # Short interleaved rounds, each starting with the next path in turn, and the median of each
     # path: the clock of a long run (power and heat) then weighs on every path alike.
@@ -210,7 +207,7 @@ def _case_row(case: Any, inductor: bool) -> dict[str, Any]:
         row[f"{name}_launch_us"] = _launch_us(paths[name])
         row[f"{name}_graph_ms"] = _graph_time(paths[name])
     # again through the launcher that the timed calls used
-    row["tunesmith_rel_error"] = max(row["tunesmith_rel_error"], _error(sel.kernel(*tensors), ref))
+    row["tunesmith_rel_error"] = max(row["tunesmith_rel_error"], relative_error(sel.kernel(*tensors), ref))
     row["tflops"] = flops(sel.problem) / row["tunesmith_ms"] / 1e9
     row["speedup_vs_aten"] = row["aten_ms"] / row["tunesmith_ms"]
     if inductor:
