@@ -20,7 +20,7 @@ def user_config(isolated: Path) -> Path:
 
 
 def test_each_layer_overrides_the_one_below(isolated, monkeypatch, register):
-    assert tunesmith.current_options().prune is None  # default
+    assert tunesmith.current_options().prune == 6  # default
 
     user_config(isolated).write_text("prune = 2\nverify = true\n")
     assert tunesmith.current_options().prune == 2
@@ -34,8 +34,8 @@ def test_each_layer_overrides_the_one_below(isolated, monkeypatch, register):
 
     with tunesmith.options(prune=5) as resolved:
         assert resolved.prune == 5 and tunesmith.current_options().prune == 5
-        with tunesmith.options(prune=6):
-            assert tunesmith.current_options().prune == 6
+        with tunesmith.options(prune=16):
+            assert tunesmith.current_options().prune == 16
         assert tunesmith.current_options().prune == 5
         assert tunesmith.current_options({"prune": 7}).prune == 7
 
@@ -130,7 +130,7 @@ def test_options_blocks_do_not_leak_across_threads():
     reader = threading.Thread(target=lambda: other.append(tunesmith.current_options().prune))
     reader.start()
     reader.join()
-    assert tunesmith.current_options().prune is None and other == [None]
+    assert tunesmith.current_options().prune == 6 and other == [6]  # the default
     release.set()
     holder.join()
 

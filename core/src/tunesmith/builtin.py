@@ -1,5 +1,5 @@
-"""The core's own plugin (registered as ``core``): the local disk layer, the default benchmarker and
-the ``eager`` graph compiler.
+"""The core's own plugin (registered as ``core``): the local disk layer, the default benchmarker,
+the ``eager`` graph compiler, and the cost model's device profiles and roofline estimates.
 
 They go through the same hooks as any plugin's, so a plugin can replace the benchmarker, and the
 ``caches`` setting orders ``local`` among the other layers.
@@ -12,8 +12,10 @@ from typing import Any
 
 from tunesmith.bench import DefaultBenchmarker
 from tunesmith.cache.local import LocalDiskCache
+from tunesmith.cost.profiles import builtin_profile
 from tunesmith.options import Options
-from tunesmith_hookspecs import Benchmarker, CacheLayer, hookimpl
+from tunesmith.settings import current_options
+from tunesmith_hookspecs import Benchmarker, CacheLayer, DeviceInfo, hookimpl
 
 
 @hookimpl
@@ -34,3 +36,8 @@ def tunesmith_graph_compiler(options: Options) -> Callable[..., Any] | None:
     from tunesmith.compile.backend import eager
 
     return eager
+
+
+@hookimpl(trylast=True)
+def tunesmith_device_info(device: Any) -> DeviceInfo | None:
+    return builtin_profile(device, current_options())

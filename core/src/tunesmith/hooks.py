@@ -22,6 +22,7 @@ from tunesmith_hookspecs import (
     CacheLayer,
     Choice,
     ChoiceSpec,
+    DeviceInfo,
     PluginStatus,
     Problem,
     SelectionReport,
@@ -251,6 +252,34 @@ def benchmarker(options: Options) -> Benchmarker:
             "(is the built-in plugin 'core' in disabled_plugins?)"
         )
     return result
+
+
+def device_info(device: Any, options: Options) -> DeviceInfo | None:
+    """The profile of ``device`` (a torch.device or a preset name) from the first plugin that knows
+    it; the core answers last (calibration, then presets). None: no profile, so no cost model."""
+    result = _subset(get_system(), "tunesmith_device_info", options)(device=device)
+    if result is not None and not isinstance(result, DeviceInfo):
+        raise PluginOutputError(f"tunesmith_device_info gave {result!r}, not a DeviceInfo")
+    return result
+
+
+def estimate_runtime(node: Any, device: DeviceInfo, options: Options) -> float | None:
+    """The first plugin's estimate for ``node`` (an fx Node or a choice) in ms, or None. A plugin
+    whose estimate raises or is not a non-negative number is logged and skipped: a cost model
+    orders work, it must not stop it."""
+    for impl in _impls(get_system(), "tunesmith_estimate_runtime", options):
+        try:
+            result = call_impl(impl, node=node, device=device)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("tunesmith_estimate_runtime of plugin %r raised %s", impl.plugin_name, describe_error(exc))
+            continue
+        if result is None:
+            continue
+        if isinstance(result, bool) or not isinstance(result, int | float) or not result >= 0:
+            log.warning("tunesmith_estimate_runtime of plugin %r gave %r, not milliseconds", impl.plugin_name, result)
+            continue
+        return float(result)
+    return None
 
 
 def selection_done(report: SelectionReport, options: Options) -> None:

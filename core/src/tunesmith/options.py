@@ -149,7 +149,9 @@ class Options:
     cache_secret: str | None = _field(
         None, parse_optional_str, "HMAC-SHA256 key that signs and checks cache entries", repr=False
     )
-    prune: int | None = _field(None, parse_int(1, optional=True), "candidates kept by the cost model")
+    prune: int | None = _field(
+        6, parse_int(1, optional=True), "choices besides ATen's kept by the cost model (none: benchmark all)"
+    )
     verify: bool = _field(False, parse_bool, "check the winner against a float64 reference")
     disabled_plugins: tuple[str, ...] = _field((), lambda v: parse_names(v) or (), "plugins not to load or call")
     bench_warmup: int = _field(2, parse_int(0), "untimed runs of each choice before timing")

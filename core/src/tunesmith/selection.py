@@ -1,8 +1,8 @@
 """Selection of one Problem's kernel: memory, then the cache layers, else tune and store.
 
-Tuning gathers choices from every enabled backend, times them with the benchmarker, picks the
-fastest (ties go to the earlier backend in ``backends``), optionally verifies it against the
-float64 reference, and stores the answer in every layer.
+Tuning gathers choices from every enabled backend, prunes them by the cost model, times them
+with the benchmarker, picks the fastest (ties go to the earlier backend in ``backends``),
+optionally verifies it against the float64 reference, and stores the answer in every layer.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
 from tunesmith.cache.flight import SingleFlight
 from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
+from tunesmith.cost.prune import prune
 from tunesmith.counters import bump
 from tunesmith.errors import NoValidChoicesError, TunesmithWarning
 from tunesmith.ops import reference, relative_error, tolerance
@@ -42,6 +43,8 @@ class SelectionEntry:
     device_name: str
     tuning_s: float
     budget_exhausted: bool = False
+    #: the Problem tuned (for ``tunesmith report``); None in entries written before it was stored
+    problem: Problem | None = None
 
 
 @attrs.frozen(eq=False)
@@ -156,6 +159,7 @@ def _tune(
     choices, reasons = hooks.choices(problem, options)
     if not choices:
         raise NoValidChoicesError(describe(problem), reasons)
+    choices = prune(problem, choices, options, device)
     timings = hooks.benchmarker(options).benchmark(problem, choices, inputs)
     if len(timings) != len(choices):
         raise RuntimeError(f"the benchmarker returned {len(timings)} timings for {len(choices)} choices")
@@ -176,6 +180,7 @@ def _tune(
             device_name(device),
             time.monotonic() - start,
             any(t.error == BUDGET_EXHAUSTED for t in timings),
+            problem,
         )
         return entry, kernel
     raise NoValidChoicesError(describe(problem), {**reasons, **_failures(choices, timings)})

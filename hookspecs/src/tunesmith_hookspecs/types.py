@@ -249,13 +249,20 @@ class SelectionReport:
 
 @attrs.frozen
 class DeviceInfo:
-    """A device profile for the cost model: peaks per dtype (FLOP/s), bytes/s, interconnect."""
+    """A device profile for the cost model: peaks per dtype (FLOP/s), bytes/s, interconnect.
+
+    ``peak_flops`` is keyed by dtype name (``bfloat16``, ``float16``, ``float32``, ``tf32`` for
+    float32 matmuls on TF32 units, ``float64``, ``float8``); ``memory_bandwidth`` and
+    ``interconnect_bandwidth`` (one direction, per device) are bytes per second;
+    ``multiprocessors`` counts SMs (CUs on AMD), for models of wave quantisation.
+    """
 
     name: str
     peak_flops: Params = attrs.field(converter=canonical_params)
     memory_bandwidth: float
     interconnect_bandwidth: float | None = None
     interconnect_latency_s: float | None = None
+    multiprocessors: int | None = None
 
 
 def _optional_names(values: Iterable[str] | None) -> tuple[str, ...] | None:

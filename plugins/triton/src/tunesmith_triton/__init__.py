@@ -13,12 +13,20 @@ from typing import Any
 
 import torch
 
-from tunesmith_hookspecs import Choice, ChoiceSpec, PluginStatus, Problem, hookimpl
+from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, PluginStatus, Problem, hookimpl
 from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan, precision
-from tunesmith_triton.configs import configs_for, multiprocessors, tma_fits
+from tunesmith_triton.configs import configs_for, multiprocessors, shared_memory, tma_fits
 from tunesmith_triton.conv import CONV_TEMPLATE, ConvChoice, conv_choices
+from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
 
-__all__ = ["ConvChoice", "TritonChoice", "tunesmith_choices", "tunesmith_plugin_status", "tunesmith_rebuild_choice"]
+__all__ = [
+    "ConvChoice",
+    "TritonChoice",
+    "tunesmith_choices",
+    "tunesmith_estimate_runtime",
+    "tunesmith_plugin_status",
+    "tunesmith_rebuild_choice",
+]
 
 #: every op the plugin serves: the GEMM templates' and the conv template's
 SERVED = (*OPS, "conv")
@@ -96,3 +104,14 @@ def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | Non
         return TritonChoice(spec, problem, precision(problem), _multiprocessors())
     except (TypeError, ValueError):  # params of another version of the plugin
         return None
+
+
+@hookimpl
+def tunesmith_estimate_runtime(node: Any, device: DeviceInfo) -> float | None:
+    """Our choices' estimates (``cost.py``); anything else is left to other plugins."""
+    if not isinstance(node, TritonChoice):
+        return None
+    on_gpu = _device() == "cuda"
+    sms = device.multiprocessors or (multiprocessors(torch.cuda.current_device()) if on_gpu else 1)
+    limit = shared_memory(torch.cuda.current_device()) if on_gpu else SHARED_MEMORY
+    return estimate_ms(node.spec.template, node.config, work_of(node), node.problem, device, sms, limit)

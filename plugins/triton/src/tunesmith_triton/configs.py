@@ -70,7 +70,7 @@ INTERPRETER_WORK = 512
 
 
 @functools.cache
-def _shared_memory(device: int) -> int:
+def shared_memory(device: int) -> int:
     props = torch.cuda.get_device_properties(device)
     return getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024
 
@@ -146,7 +146,7 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
         limit, sms = None, 2
     else:
         device = torch.cuda.current_device()
-        plain, split_k, limit, sms = GPU_CONFIGS, SPLIT_K_CONFIGS, _shared_memory(device), multiprocessors(device)
+        plain, split_k, limit, sms = GPU_CONFIGS, SPLIT_K_CONFIGS, shared_memory(device), multiprocessors(device)
         tma = TMA_CONFIGS if torch.cuda.get_device_capability(device)[0] >= 9 else ()
     found: list[tuple[str, Config]] = []
 

@@ -24,7 +24,7 @@ import triton.language as tl
 from tunesmith.problem import torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
-from tunesmith_triton.configs import _cdiv, _shared_memory, affordable, fits, sized
+from tunesmith_triton.configs import _cdiv, affordable, fits, shared_memory, sized
 from tunesmith_triton.kernels import _finish, _tile
 
 CONV_TEMPLATE = "conv"
@@ -130,7 +130,7 @@ def conv_plan(problem: Problem) -> tuple[list[int], list[int], list[float], list
     return plan if all(pixel_strides(m.shape, m.stride, out) is not None for m in metas) else None
 
 
-def _sizes(problem: Problem) -> tuple[int, int, int, int, int]:
+def conv_sizes(problem: Problem) -> tuple[int, int, int, int, int]:
     """(images, output pixels, output channels, input channels, filter taps)."""
     n, oc, oh, ow = problem.output.shape
     _, c, kh, kw = problem.inputs[1].shape
@@ -141,9 +141,9 @@ def conv_configs(problem: Problem, interpreter: bool) -> list[Config]:
     """Configs worth timing: each tile cut down to twice its dimension (a power of two), and on a
     GPU only those whose pipeline fits shared memory; in the interpreter, those within its work
     budget (always the one of least work)."""
-    n, m, oc, c, taps = _sizes(problem)
+    n, m, oc, c, taps = conv_sizes(problem)
     size = torch_dtype(problem.inputs[0].dtype).itemsize
-    limit = None if interpreter else _shared_memory(torch.cuda.current_device())
+    limit = None if interpreter else shared_memory(torch.cuda.current_device())
     found: list[Config] = []
     for bm, bn, bk, warps, stages in INTERPRETER_CONFIGS if interpreter else GPU_CONFIGS:
         config = Config(*sized(bm, bn, bk, m, oc, c), GROUP_M, warps, stages)

@@ -1,0 +1,92 @@
+"""Pruning by the cost model: only the best ``prune`` estimates are benchmarked, ATen's choices
+always are, and without a device profile nothing is pruned."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+import tunesmith
+from tunesmith.cost.profiles import PRESETS
+from tunesmith_hookspecs import ChoiceSpec, hookimpl
+
+from conftest import rand
+
+A, B = rand(24, 16), rand(16, 20)
+
+
+@attrs.define
+class Modelled:
+    """A correct choice whose estimate the backend below reports."""
+
+    spec: ChoiceSpec
+    estimate: float | None
+
+    def precompile(self) -> None:
+        pass
+
+    def kernel(self):
+        return lambda a, b: a @ b
+
+
+class ModelledBackend:
+    """A run-time backend with one choice per estimate, and their estimates (None: no answer)."""
+
+    name = "modelled"
+
+    def __init__(self, *estimates: float | None, raises: bool = False) -> None:
+        self.estimates, self.raises = estimates, raises
+
+    @hookimpl
+    def tunesmith_choices(self, problem, options):
+        return [Modelled(ChoiceSpec(self.name, "mm", {"i": i}), e) for i, e in enumerate(self.estimates)]
+
+    @hookimpl
+    def tunesmith_estimate_runtime(self, node, device):
+        if not isinstance(node, Modelled):
+            return None
+        if self.raises:
+            raise RuntimeError("model broke")
+        return node.estimate
+
+
+class CpuProfile:
+    """A device-info plugin that gives the CPU the H100's profile, so that pruning runs here."""
+
+    @hookimpl
+    def tunesmith_device_info(self, device):
+        return PRESETS["H100-SXM"] if str(device) == "cpu" else None
+
+
+def benchmarked(sel: tunesmith.Selection) -> set[tuple[str, int | None]]:
+    return {(s.backend, dict(s.params).get("i")) for s in sel.timings}
+
+
+def test_only_the_best_estimates_and_aten_are_benchmarked(register):
+    register(ModelledBackend(5.0, 1.0, 4.0, 2.0, 3.0))
+    register(CpuProfile(), "cpu_profile")
+    sel = tunesmith.tune("mm", A, B, options={"prune": 2})
+    assert benchmarked(sel) == {("aten", None), ("modelled", 1), ("modelled", 3)}
+    assert tunesmith.counters["choices_pruned"] == 3
+
+
+def test_no_profile_or_prune_off_benchmarks_everything(register):
+    register(ModelledBackend(5.0, 1.0, 4.0))
+    sel = tunesmith.tune("mm", A, B, options={"prune": 1})  # the CPU has no profile
+    assert len(sel.timings) == 4
+    register(CpuProfile(), "cpu_profile")
+    tunesmith.reset()
+    assert len(tunesmith.tune("mm", A, B, options={"prune": None}).timings) == 4
+    assert tunesmith.counters["choices_pruned"] == 0
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_unestimated_choices_rank_at_the_roofline(register, raises):
+    """A choice no plugin estimates (or whose estimate raises) ranks at the Problem's roofline,
+    ahead of any modelled choice: it is benchmarked rather than dropped."""
+    register(ModelledBackend(None, 1.0, 2.0, raises=raises))
+    register(CpuProfile(), "cpu_profile")
+    sel = tunesmith.tune("mm", A, B, options={"prune": 1})
+    kept = {("aten", None), ("modelled", 0)}
+    assert benchmarked(sel) == kept
+    assert tunesmith.counters["choices_pruned"] == 2
