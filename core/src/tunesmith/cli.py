@@ -1,4 +1,5 @@
-"""The ``tunesmith`` command: ``plugins``, ``tune FILE.json``, ``cache stats|clear|export|import``."""
+"""The ``tunesmith`` command: ``plugins``, ``tune FILE.json``, ``cache stats|clear|export|import``,
+``calibrate``, ``report``."""
 
 from __future__ import annotations
 
@@ -264,6 +265,155 @@ def _cache_transfer(action: str, path: Path, layers: Sequence[Any], secret: str 
         err.print(f"[yellow]skipped[/] {why}")
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    """``tunesmith calibrate``: measure this GPU and store its profile; ``--show``: the profile in use."""
+    import tunesmith
+    from tunesmith.cost import calibrate
+
+    with tunesmith.options() as settings:
+        if args.show:
+            return _calibrate_show(args.device, settings)
+        device = calibrate.cuda_device(args.device)
+        with err.status(f"measuring {device} (matmul rates, copy bandwidth) ..."):
+            result = calibrate.calibrate(str(device), settings)
+    preset = result.preset.name if result.preset else "no preset"
+    table = Table(title=f"tunesmith calibrate: {result.profile.name} ({device})")
+    for column in ("measured", "unit", "value", f"preset ({preset})", "fraction"):
+        table.add_column(column, justify="left" if column in ("measured", "unit") else "right")
+    for row in calibrate.comparison(result.profile, result.preset):
+        table.add_row(
+            row["what"],
+            row["unit"],
+            _num(row["measured"], ".1f"),
+            _num(row["preset"], ".1f"),
+            _num(row["fraction"], ".0%"),
+        )
+    out.print(table)
+    out.print(f"stored in {result.path}: the cost model uses it for every {result.profile.name} from now on")
+    return 0
+
+
+def _calibrate_show(device: str | None, settings: Any) -> int:
+    from tunesmith import hooks
+    from tunesmith.cost import calibrate
+    from tunesmith.cost.profiles import PRESETS
+
+    if device in PRESETS:
+        name, profile, source = device, PRESETS[device], "preset"
+    else:
+        import torch
+
+        chosen = calibrate.cuda_device(device)
+        name = torch.cuda.get_device_name(chosen)
+        named = calibrate.profile_in_use(name, settings)
+        profile = hooks.device_info(chosen, settings)
+        source = named.source if profile == named.profile else "a plugin's tunesmith_device_info"
+    if profile is None:
+        out.print(f"{name}: no device profile (no calibration, no preset): run tunesmith calibrate")
+        return 0
+    table = Table(title=f"device profile of {name}", caption=f"{profile.name}: {source}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for dtype, peak in profile.peak_flops:
+        table.add_row(f"{dtype} peak (TFLOP/s)", _num(peak / 1e12, ".1f"))
+    table.add_row("memory bandwidth (GB/s)", _num(profile.memory_bandwidth / 1e9, ".0f"))
+    if profile.interconnect_bandwidth is not None:
+        table.add_row("interconnect, one way (GB/s)", _num(profile.interconnect_bandwidth / 1e9, ".0f"))
+    if profile.interconnect_latency_s is not None:
+        table.add_row("interconnect latency (us)", _num(profile.interconnect_latency_s * 1e6, ".1f"))
+    table.add_row("multiprocessors", str(profile.multiprocessors or "-"))
+    out.print(table)
+    return 0
+
+
+def _num(value: Any, fmt: str) -> str:
+    return format(value, fmt) if isinstance(value, int | float) and math.isfinite(value) else "-"
+
+
+def _fraction(value: float | None) -> str:
+    """A fraction as a percentage, with two significant digits below 1% (a CPU on a GPU's roofline)."""
+    if value is None:
+        return "-"
+    return f"{value:.1%}" if value >= 0.01 else f"{value * 100:.2g}%"
+
+
+def _report(args: argparse.Namespace) -> int:
+    """``tunesmith report``: every tuned problem in the local cache, as a table, JSON or a chart."""
+    import tunesmith
+    from tunesmith.cache.local import LocalDiskCache
+    from tunesmith.cost import report
+
+    with tunesmith.options() as settings:
+        layer = LocalDiskCache(settings.cache_dir)
+        entries = report.read_entries(layer, settings.cache_secret)
+        rows = report.rows(entries.found, _report_profiles(args.device, settings))
+    if args.plot:
+        report.plot(rows, Path(args.plot))
+    if args.json:
+        print(json.dumps(report.as_json(rows), indent=1))
+    else:
+        _print_report(rows, layer.root)
+    if args.plot:
+        err.print(f"wrote the chart to {args.plot}")
+    if entries.skipped:
+        err.print(f"[yellow]skipped {len(entries.skipped)} invalid entries[/] (run with -v to see why)")
+    return 0
+
+
+def _report_profiles(device: str | None, settings: Any) -> Any:
+    """A device name -> profile function: ``device``'s profile for every entry, else each GPU's own."""
+    import functools
+
+    from tunesmith import hooks
+    from tunesmith.cost.calibrate import profile_in_use
+    from tunesmith.cost.profiles import PRESETS
+    from tunesmith.errors import TunesmithError
+
+    if device is not None:
+        try:
+            profile = hooks.device_info(device, settings)
+        except (RuntimeError, TypeError, ValueError):
+            profile = None
+        if profile is None:
+            raise TunesmithError(
+                f"no device profile for --device {device!r}: name a preset ({', '.join(PRESETS)}) or a GPU "
+                "that has a preset or a calibration"
+            )
+        return lambda _name: profile
+
+    @functools.cache
+    def own(name: str) -> Any:
+        return None if name.startswith("cpu") else profile_in_use(name, settings).profile
+
+    return own
+
+
+def _print_report(rows: Sequence[Any], location: Path) -> None:
+    table = Table(title=f"tunesmith report: {len(rows)} tuned problems in {location}")
+    numeric = ("ms", "aten ms", "vs aten", "TFLOP/s", "GB/s", "roofline")
+    for column in ("problem", "shape", "dtype", "device", "chosen", *numeric, "bound", "profile"):
+        table.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.op or f"[dim]{r.key[:12]}[/]",
+            r.shape or "-",
+            r.dtype or "-",
+            r.device_name,
+            r.chosen,
+            _num(r.ms, ".4f"),
+            _num(r.aten_ms, ".4f"),
+            _num(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
+            _num(r.tflops, ".3f"),
+            _num(r.gbps, ".1f"),
+            _fraction(r.roofline_fraction),
+            r.bound or "-",
+            r.profile or "-",
+        )
+    out.print(table)
+    if not rows:
+        out.print("nothing tuned yet: tunesmith tune FILE.json, or tunesmith.tune(...), fills the cache")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunesmith", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log what tunesmith does")
@@ -300,6 +450,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--layers", type=lambda s: [x for x in s.split(",") if x], help="comma-separated layers (default: caches)"
     )
     p.set_defaults(func=_cache)
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this GPU's matmul rates and copy bandwidth and store them as its profile",
+        description="Times large square matmuls (bf16, fp16, tf32, fp32) and a device-to-device copy, and stores "
+        "them as the profile of this GPU model (<cache_dir>/profiles/), used by the cost model from then on.",
+    )
+    p.add_argument("--device", default=None, help="the GPU to measure (default: cuda, the current one); cuda:N")
+    p.add_argument(
+        "--show", action="store_true", help="print the profile in use (calibrated or preset) instead of measuring"
+    )
+    p.set_defaults(func=_calibrate)
+    p = sub.add_parser(
+        "report",
+        help="every tuned problem: the chosen kernel, its speedup over ATen, TFLOP/s, GB/s, roofline fraction",
+        description="Reads the autotune entries of the local disk cache. The roofline is that of --device, else "
+        "of each entry's GPU (its calibrated profile, else its preset); CPU entries have none.",
+    )
+    p.add_argument("--device", default=None, help="a preset (H100-SXM, ...) or cuda:N whose roofline to use")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the speedups and roofline fractions (matplotlib)")
+    p.set_defaults(func=_report)
     return parser
 
 

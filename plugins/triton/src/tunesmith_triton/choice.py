@@ -21,7 +21,6 @@ from tunesmith_triton.kernels import (
     MAX_STEPS,
     gemm_kernel,
     gemm_tma_kernel,
-    splitk_reduce_kernel,
 )
 
 try:  # host-side TMA descriptors (Triton 3.4 and later)
@@ -34,8 +33,6 @@ NAME = "triton"
 OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm")
 #: the templates: pointer loads with any strides (and split-K), and TMA descriptor loads
 TEMPLATES = ("gemm", "gemm_tma")
-#: tiles of the split-K reduction kernel
-REDUCE_BLOCK = (32, 128)
 
 
 @attrs.frozen
@@ -229,6 +226,7 @@ class TritonChoice:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
         self.codes, self.slots, self.scalars, self.operands = plan
         self._direct: dict[int, _Direct] = {}  # by device index
+        self._sums: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # split-K's, by device, stream
 
     def _epilogue(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The kernels' shared tail of arguments (bias, epilogue operands, scalars, output) and
@@ -239,16 +237,23 @@ class TritonChoice:
         plan = (self.codes, self.slots, self.scalars, self.operands)
         return finish_args(plan, bias, operands, (out, _mat(out)), p.scalar("alpha", 1.0), p.scalar("beta", 1.0))
 
-    def _workspace(self, out: torch.Tensor) -> torch.Tensor:
-        """Split-K's float32 partial sums, [split, batch, M, N]; else ``out`` (unused)."""
-        split = self.config.split_k
-        if split == 1:
-            return out
-        batch = out.shape[0] if out.dim() == 3 else 1
-        return torch.empty((split, batch, *out.shape[-2:]), dtype=torch.float32, device=out.device)
+    def _workspace(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Split-K's float32 tile sums [batch, M, N] and per-tile arrival counts, zero between calls
+        (the kernel's last slice zeroes them), one pair per device and stream so that streams do
+        not share them; nothing without split-K."""
+        if self.config.split_k == 1:
+            return ()
+        key = (out.device.index or 0, torch.cuda.current_stream(out.device).cuda_stream if out.is_cuda else 0)
+        if key not in self._sums:
+            batch = out.shape[0] if out.dim() == 3 else 1
+            m, n = out.shape[-2:]
+            tiles = triton.cdiv(m, self.config.block_m) * triton.cdiv(n, self.config.block_n)
+            sums = torch.zeros((batch, m, n), dtype=torch.float32, device=out.device)
+            self._sums[key] = (sums, torch.zeros(batch * tiles, dtype=torch.int32, device=out.device))
+        return self._sums[key]
 
-    def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: torch.Tensor) -> list[Launch]:
-        """The kernel launches computing ``out``: one, or split-K's two."""
+    def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: Sequence[torch.Tensor]) -> list[Launch]:
+        """The kernel launch computing ``out`` (a list: the conv template's subclass has its own)."""
         t, cfg = tensors, self.config
         bias = self.problem.op in ("addmm", "baddbmm")
         a, b = (t[1], t[2]) if bias else (t[0], t[1])
@@ -266,21 +271,16 @@ class TritonChoice:
             return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, batch, *tail), meta)]
         c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
         batch, split = (out.shape[0] if out.dim() == 3 else 1), cfg.split_k
-        args = (a, b, c, d, ws, m, n, k, c.shape[-1], *_mat(a), *_mat(b), *_mat(c), *_mat(d), *tail)
+        sums, counts = ws or (out, out)  # without split-K the kernel touches neither
+        args = (a, b, c, d, sums, counts, m, n, k, c.shape[-1], *_mat(a), *_mat(b), *_mat(c), *_mat(d), *tail)
         even = k % cfg.block_k == 0 and c.shape[-1] % cfg.block_k == 0
-        meta_gemm = meta | {"HAS_SECOND": self.problem.op == "mm_plus_mm", "BK": cfg.block_k, "GROUP": cfg.group_m}
-        meta_gemm |= {"SPLIT": split, "EVEN_K": even, "PRECISION": self.precision}
-        launches: list[Launch] = [(gemm_kernel, (tiles, batch, split), args, meta_gemm)]
-        if split > 1:
-            rm, rn = REDUCE_BLOCK
-            grid = (triton.cdiv(m, rm) * triton.cdiv(n, rn), batch)
-            meta |= {"BM": rm, "BN": rn, "SPLIT": split, "num_warps": 4, "num_stages": 1}
-            launches.append((splitk_reduce_kernel, grid, (ws, m, n, *tail), meta))
-        return launches
+        meta |= {"HAS_SECOND": self.problem.op == "mm_plus_mm", "BK": cfg.block_k, "GROUP": cfg.group_m}
+        meta |= {"SPLIT": split, "EVEN_K": even, "PRECISION": self.precision}
+        return [(gemm_kernel, (tiles, batch, split), args, meta)]
 
     def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> None:
         ws = self._workspace(out)
-        sources = (*tensors, out) if ws is out else (*tensors, out, ws)
+        sources = (*tensors, out, *ws)
         direct = self._direct.get(out.device.index or 0)
         if direct is not None and direct.layout == layout(sources):
             direct.launch(sources)

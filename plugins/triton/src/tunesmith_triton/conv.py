@@ -172,7 +172,7 @@ class ConvChoice(TritonChoice):
         self.config = Config(**dict(spec.params))
         self._direct = {}  # TritonChoice._launch's records of the compiled launch, by device
 
-    def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: torch.Tensor) -> list[Launch]:
+    def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: Sequence[torch.Tensor]) -> list[Launch]:
         p, cfg = self.problem, self.config
         x, w = tensors[0], tensors[1]
         bias = (tensors[2], (0, 0, tensors[2].stride(0))) if p.num_op_inputs == 3 else None

@@ -29,7 +29,7 @@ TMA_GAIN, PERSISTENT_GAIN, FLOAT32_EFFICIENCY = 1.05, 1.05, 0.3
 EXPOSED_ONE, EXPOSED_SHARED, EXPOSED_PERSISTENT = 1.0, 0.5, 0.2
 #: L2-to-SM bandwidth per SM (bytes/s): about 9 TB/s over an H100's 132 SMs
 L2_BYTES_PER_SM = 68e9
-#: seconds per wave of programs (prologue, epilogue) and per kernel launch
+#: seconds per wave of programs (prologue, epilogue) and per launch
 WAVE_S, LAUNCH_S = 1.5e-6, 4e-6
 #: what an SM holds when the device does not say (H100: 228 KiB, 2048 threads, 64 Ki registers)
 SHARED_MEMORY, THREADS, REGISTERS = 232448, 2048, 65536
@@ -97,5 +97,4 @@ def estimate_ms(
     l2 = programs * k_steps * config.block_k * (config.block_m + config.block_n) * size / (L2_BYTES_PER_SM * sms)
     workspace = 2 * config.split_k * out_bytes if config.split_k > 1 else 0  # partial sums written, read back
     hbm = (problem_bytes(problem) + workspace) / device.memory_bandwidth
-    launches = 2 if config.split_k > 1 else 1
-    return (max(main + stores, l2, hbm) + waves * WAVE_S + launches * LAUNCH_S) * 1e3
+    return (max(main + stores, l2, hbm) + waves * WAVE_S + LAUNCH_S) * 1e3

@@ -1,9 +1,11 @@
 """The Triton GEMM kernels: (batched) A @ B, optionally + C @ D and a bias, then up to
 ``MAX_STEPS`` epilogue steps, in one kernel.
 
-- ``gemm_kernel`` reads A and B through pointers with any strides; with ``SPLIT`` > 1 each
-  program reduces one slice of K into a float32 workspace and ``splitk_reduce_kernel`` sums the
-  slices and applies the epilogue (small M with large K has too few output tiles to fill the GPU).
+- ``gemm_kernel`` reads A and B through pointers with any strides. With ``SPLIT`` > 1 each
+  program reduces one slice of K and adds it atomically to the tile's float32 sums; the last
+  slice to arrive (a per-tile counter says which) reads the sums, leaves zeros and a zero count
+  for the next call, and applies the epilogue: one launch, as small M with large K has too few
+  output tiles to fill the GPU and a second kernel's launch would cost as much as the work.
 - ``gemm_tma_kernel`` reads A and B through TMA tensor descriptors (Hopper), one tile per
   program or, with fewer programs than tiles, persistently looping over them.
 
@@ -130,7 +132,7 @@ def _dot_loop(
 
 @triton.jit
 def gemm_kernel(
-    a_ptr, b_ptr, c_ptr, d_ptr, ws_ptr,
+    a_ptr, b_ptr, c_ptr, d_ptr, ws_ptr, count_ptr,
     M, N, K, K2,
     s_ab, s_am, s_ak, s_bb, s_bk, s_bn,
     s_cb, s_cm, s_ck, s_db, s_dk, s_dn,
@@ -162,35 +164,21 @@ def gemm_kernel(
                 x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
                 alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
                 HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
-    else:  # this slice's partial sums, [split, batch, M, N] float32
-        slab = (split * tl.num_programs(1) + b).to(tl.int64) * M * N
-        part = ws_ptr + slab + om[:, None] * N + on[None, :]
-        tl.store(part, acc, mask=(om[:, None] < M) & (on[None, :] < N))
-
-
-@triton.jit
-def splitk_reduce_kernel(
-    ws_ptr, M, N,
-    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
-    HAS_BIAS: tl.constexpr,
-    S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
-    O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr,
-):  # fmt: skip
-    pid, b = tl.program_id(0), tl.program_id(1)
-    grid_n = tl.cdiv(N, BN)
-    om = (pid // grid_n) * BM + tl.arange(0, BM)
-    on = (pid % grid_n) * BN + tl.arange(0, BN)
-    mask = (om[:, None] < M) & (on[None, :] < N)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for split in tl.static_range(SPLIT):
-        slab = (split * tl.num_programs(1) + b).to(tl.int64) * M * N
-        acc += tl.load(ws_ptr + slab + om[:, None] * N + on[None, :], mask=mask, other=0.0)
-    _finish(acc, b, om, on, M, N,
-            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
-            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+    else:  # into the tile's sums ([batch, M, N] float32, zero between calls); the last slice finishes
+        inside = (om[:, None] < M) & (on[None, :] < N)
+        sums = ws_ptr + b.to(tl.int64) * M * N + om[:, None] * N + on[None, :]
+        tl.atomic_add(sums, acc, mask=inside, sem="relaxed")
+        tl.debug_barrier()  # every thread's sums are in before the count says so
+        count = count_ptr + b * tl.num_programs(0) + pid
+        if tl.atomic_add(count, 1, sem="acq_rel") == SPLIT - 1:
+            zeros = tl.zeros_like(acc)
+            total = tl.atomic_add(sums, zeros, mask=inside, sem="relaxed")  # read where the atomics landed
+            tl.store(sums, zeros, mask=inside)
+            tl.store(count, 0)
+            _finish(total, b, om, on, M, N,
+                    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
 
 
 @triton.jit
