@@ -2,6 +2,7 @@
 pruning by it costs and saves.
 
     python benchmarks/cost_model.py --json $OUT/cost_model.json [--only NAME,NAME] [--prune N]
+    python benchmarks/cost_model.py --json all.json --merge part1.json part2.json
 
 Per case:
 
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,8 +76,6 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _in_child(name: str, prune: int | None) -> dict[str, Any]:
-    import subprocess
-
     answer = Path(tempfile.mkdtemp()) / "answer.json"
     root = Path(tempfile.mkdtemp(prefix="cost_cold_"))
     env = {**os.environ, "TUNESMITH_CACHE_DIR": str(root / "ts"), "TRITON_CACHE_DIR": str(root / "triton")}
@@ -203,19 +203,32 @@ def main() -> int:
     parser.add_argument("--json", required=True, help="where to write the results")
     parser.add_argument("--only", help="comma-separated case names (default: every case)")
     parser.add_argument("--prune", type=int, default=PRUNE, help=f"choices kept besides ATen's (default {PRUNE})")
+    parser.add_argument("--merge", nargs="+", help="merge the JSON files of runs split with --only")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-prune", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         Path(args.json).write_text(json.dumps(_child(args)))
         return 0
-    _fresh_caches()
+    if args.merge:  # the parts of a run split with --only (a device call has a time limit)
+        parts = [json.loads(Path(p).read_text()) for p in args.merge]
+        result = {**parts[0], "cases": [row for part in parts for row in part["cases"]]}
+        result["summary"] = summary(result["cases"])
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print_table(result["cases"])
+        print(json.dumps(result["summary"], indent=1))
+        return 0
+    root = _fresh_caches()
     import torch
     import triton
 
     from tunesmith import problemset
 
     torch.set_float32_matmul_precision(PRECISION)
+    calibration = None
+    if DEVICE == "cuda":  # measured into this run's cache, where the calibrated estimates find it
+        subprocess.run([sys.executable, "-m", "tunesmith", "calibrate"], check=True)
+        calibration = json.loads(next((root / "tunesmith" / "profiles").glob("*.json")).read_text())
     cases = problemset.load(SHAPES)
     if args.only:
         cases = [c for c in cases if c.name in set(args.only.split(","))]
@@ -230,6 +243,7 @@ def main() -> int:
         "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d"),
         "prune": args.prune,
+        "calibrated_profile": calibration,
         "backends": BACKENDS,
         "float32_matmul_precision": PRECISION,
         "summary": summary(rows),

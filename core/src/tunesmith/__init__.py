@@ -12,6 +12,7 @@ from typing import Any
 
 from tunesmith import hooks
 from tunesmith.cache.stack import reset_backoff
+from tunesmith.cost.graph import Estimate, estimate
 from tunesmith.counters import counters
 from tunesmith.errors import NoValidChoicesError, OptionError, ProblemError, TunesmithError, TunesmithWarning
 from tunesmith.options import Options
@@ -56,6 +57,7 @@ def reset() -> None:
 
 __all__ = [
     "SPEC_VERSION",
+    "Estimate",
     "NoValidChoicesError",
     "OptionError",
     "Options",
@@ -65,6 +67,7 @@ __all__ = [
     "TunesmithWarning",
     "counters",
     "current_options",
+    "estimate",
     "hookimpl",
     "options",
     "register",

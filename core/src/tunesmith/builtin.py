@@ -41,3 +41,17 @@ def tunesmith_graph_compiler(options: Options) -> Callable[..., Any] | None:
 @hookimpl(trylast=True)
 def tunesmith_device_info(device: Any) -> DeviceInfo | None:
     return builtin_profile(device, current_options())
+
+
+@hookimpl(trylast=True)
+def tunesmith_estimate_runtime(node: Any, device: DeviceInfo) -> float | None:
+    """The core's node model (``tunesmith.cost.nodes``) for a traced ``torch.fx.Node``; None for
+    anything else (choices are left to their backends and to the Problem's roofline)."""
+    import torch.fx
+
+    from tunesmith.cost.nodes import node_cost
+
+    if not isinstance(node, torch.fx.Node):
+        return None
+    cost = node_cost(node, device)
+    return None if cost is None else cost.ms
