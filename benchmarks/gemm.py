@@ -270,6 +270,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["geomean_speedup_vs_inductor"] = _geomean([r["speedup_vs_inductor"] for r in rows])
         out["geomean_inductor_vs_aten"] = _geomean([r["aten_ms"] / r["inductor_ms"] for r in rows])
         out["median_inductor_compile_s"] = statistics.median(r["inductor_compile_s"] for r in rows)
+    graphed = [r for r in rows if r.get("tunesmith_graph_ms") and r.get("aten_graph_ms")]
+    if len(graphed) == len(rows):  # GPU time alone: no host overhead on any path
+        out["graph_geomean_speedup_vs_aten"] = _geomean([r["aten_graph_ms"] / r["tunesmith_graph_ms"] for r in rows])
+        if all(r.get("inductor_graph_ms") for r in rows):
+            ratios = [r["inductor_graph_ms"] / r["tunesmith_graph_ms"] for r in rows]
+            out["graph_geomean_speedup_vs_inductor"] = _geomean(ratios)
     return out
 
 
@@ -295,6 +301,7 @@ def main() -> int:
     parser.add_argument("--json", required=True, help="where to write the results")
     parser.add_argument("--only", help="comma-separated case names (default: every case)")
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
+    parser.add_argument("--merge", nargs="+", help="merge the JSON files of runs split with --only")
     parser.add_argument("--warm", help=argparse.SUPPRESS)  # the fresh warm-cache process
     parser.add_argument("--cold", help=argparse.SUPPRESS)  # a case's cold tune in a fresh process
     args = parser.parse_args()
@@ -304,10 +311,20 @@ def main() -> int:
     if args.cold:
         Path(args.json).write_text(json.dumps(_cold_tune(args.cold)))
         return 0
+    if args.merge:  # the parts of a run split with --only (a device call has a time limit)
+        parts = [json.loads(Path(p).read_text()) for p in args.merge]
+        result = {**parts[0], "cases": [row for part in parts for row in part["cases"]]}
+        result["warm_process_setup_s"] = max(part["warm_process_setup_s"] for part in parts)
+        result["summary"] = summary(result["cases"])
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print_table(result["cases"])
+        print(json.dumps(result["summary"], indent=1))
+        return 0
     _fresh_caches()
     import torch
     import triton
 
+    import tunesmith
     from tunesmith import problemset
 
     torch.set_float32_matmul_precision(PRECISION)
@@ -331,6 +348,7 @@ def main() -> int:
         "triton": triton.__version__,
         "date": time.strftime("%Y-%m-%d"),
         "backends": BACKENDS,
+        "prune": tunesmith.current_options().prune,
         "timing": f"median of {ROUNDS} interleaved rounds of do_bench medians (warmup 10 ms, rep 40 ms)",
         "float32_matmul_precision": PRECISION,
         "warm_process_setup_s": warm["setup_s"],
