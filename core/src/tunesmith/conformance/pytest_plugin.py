@@ -57,6 +57,16 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"tunesmith conformance: {target.describe()}" if target else None
 
 
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Close a run against a backend that cannot run here by saying so: its checks were skipped, not passed."""
+    target = config.stash.get(_TARGET, None)
+    if target is None or not target.record.loaded or target.status.runnable or "backend" not in target.kinds:
+        return
+    terminalreporter.write_sep("=", "tunesmith conformance: backend not checked", yellow=True)
+    terminalreporter.write_line(f"plugin {target.name!r} cannot run here: {target.status.reason}")
+    terminalreporter.write_line("its backend checks were skipped, not passed: run the suite where the plugin can run")
+
+
 def get_target(config: pytest.Config) -> Any:
     """The plugin under test, or None when ``--tunesmith-plugin`` was not given."""
     return config.stash.get(_TARGET, None)

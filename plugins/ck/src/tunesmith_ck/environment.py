@@ -1,0 +1,95 @@
+"""What the plugin needs on this machine, and which of it is missing: a ROCm build of torch, an
+AMD GPU with XDL units, hipcc, and the Composable Kernel headers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import attrs
+import torch
+
+from tunesmith_ck.arch import ARCHS, arch_of
+
+DEFAULT_ROCM = "/opt/rocm"
+
+
+@attrs.frozen
+class Environment:
+    """The tools found here; ``missing`` names each piece that is not, so ``runnable`` is ``not missing``."""
+
+    arch: str | None = None
+    hipcc: str | None = None
+    ck_include: str | None = None
+    multiprocessors: int | None = None
+    missing: tuple[str, ...] = ()
+
+    @property
+    def runnable(self) -> bool:
+        return not self.missing
+
+    @property
+    def reason(self) -> str:
+        return "" if self.runnable else "missing " + "; ".join(self.missing)
+
+
+def rocm_path() -> Path:
+    """``$ROCM_PATH``, else ROCm's default prefix."""
+    return Path(os.environ.get("ROCM_PATH") or DEFAULT_ROCM)
+
+
+def find_hipcc() -> str | None:
+    """hipcc on PATH, else in ``$ROCM_PATH/bin``."""
+    found = shutil.which("hipcc")
+    if found:
+        return found
+    candidate = rocm_path() / "bin" / "hipcc"
+    return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
+
+
+def find_ck_include(ck_dir: str | None) -> tuple[str | None, str]:
+    """The include folder holding ``ck/ck.hpp`` (from ``ck_dir``, else ROCm's own), or None and why not."""
+    places = [Path(ck_dir)] if ck_dir else []
+    places.append(rocm_path())
+    for place in places:
+        include = place / "include"
+        if (include / "ck" / "ck.hpp").is_file():
+            if not (include / "ck" / "config.h").is_file():
+                return None, (
+                    f"Composable Kernel's generated include/ck/config.h under {place} (a source checkout: "
+                    "install CK with cmake and point ck_dir at the install prefix)"
+                )
+            return str(include), ""
+    where = f"ck_dir={ck_dir}" if ck_dir else "ck_dir / TUNESMITH_CK_DIR (unset)"
+    return None, f"Composable Kernel headers (no include/ck/ck.hpp under {where} or {rocm_path()})"
+
+
+def _gpu() -> tuple[str | None, int | None, list[str]]:
+    """The GPU's target id and compute units, and what is missing for it."""
+    missing = []
+    if torch.version.hip is None:
+        missing.append(f"a ROCm build of torch (this is torch {torch.__version__}; torch.version.hip is None)")
+    if not torch.cuda.is_available():
+        missing.append("an AMD GPU (torch.cuda.is_available() is False)")
+        return None, None, missing
+    if torch.version.hip is None:
+        return None, None, missing
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    target = str(getattr(props, "gcnArchName", "") or "")
+    if arch_of(target) is None:
+        missing.append(f"a GPU with XDL units ({target or 'unknown gfx target'} is not one of {', '.join(ARCHS)})")
+        return None, None, missing
+    return target, int(props.multi_processor_count), missing
+
+
+def probe(ck_dir: str | None) -> Environment:
+    """Look for every piece (cheap: no compilation, no device work beyond queries)."""
+    arch, units, missing = _gpu()
+    hipcc = find_hipcc()
+    if hipcc is None:
+        missing.append(f"hipcc (not on PATH, not in {rocm_path() / 'bin'}; set ROCM_PATH)")
+    include, why = find_ck_include(ck_dir)
+    if include is None:
+        missing.append(why)
+    return Environment(arch, hipcc, include, units, tuple(missing))
