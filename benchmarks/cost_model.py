@@ -167,6 +167,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             out[f"estimate_{kind}_vs_measured"] = {"min": min(ratios), "max": max(ratios), "geomean": geomean(ratios)}
     out["worst_pruned_vs_exhaustive"] = max(r["pruned_vs_exhaustive"] for r in rows)
     out["same_spec"] = sum(r["same_spec"] for r in rows)
+    # where both tunings chose the same kernel, the two times are one kernel measured twice
+    differing = [r["pruned_vs_exhaustive"] for r in rows if not r["same_spec"]]
+    out["worst_pruned_vs_exhaustive_where_specs_differ"] = max(differing, default=None)
+    out["choices_benchmarked"] = {
+        "exhaustive": sum(r["exhaustive_benchmarked"] for r in rows),
+        "pruned": sum(r["pruned_benchmarked"] for r in rows),
+    }
     out["total_exhaustive_tune_s"] = sum(r["exhaustive_tune_s"] for r in rows)
     out["total_pruned_tune_s"] = sum(r["pruned_tune_s"] for r in rows)
     out["tune_time_drop"] = out["total_exhaustive_tune_s"] / out["total_pruned_tune_s"]
