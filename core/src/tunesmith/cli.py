@@ -20,7 +20,7 @@ from rich.table import Table
 out = Console()
 if not out.is_terminal:  # piped or captured: don't squeeze the tables into 80 columns
     out.width = 180
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages keep whole lines (paths stay copyable)
 
 
 def _plugins(args: argparse.Namespace) -> int:
