@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gemm import BACKENDS, DEVICE, PRECISION, ROUNDS, SHAPES, _eager, _fresh_caches, _sync, _time
+from gemm import BACKENDS, DEVICE, PRECISION, ROUNDS, SHAPES, _eager, _fresh_caches, _sync, _time, finish, merged
 
 PRUNE = 6
 #: the profiles an estimate is made with: the preset of the GPU, and its calibration
@@ -217,14 +217,8 @@ def main() -> int:
     if args.child:
         Path(args.json).write_text(json.dumps(_child(args)))
         return 0
-    if args.merge:  # the parts of a run split with --only (a device call has a time limit)
-        parts = [json.loads(Path(p).read_text()) for p in args.merge]
-        result = {**parts[0], "cases": [row for part in parts for row in part["cases"]]}
-        result["summary"] = summary(result["cases"])
-        Path(args.json).write_text(json.dumps(result, indent=1))
-        print_table(result["cases"])
-        print(json.dumps(result["summary"], indent=1))
-        return 0
+    if args.merge:
+        return finish(args.json, merged(args.merge, summary), print_table)
     root = _fresh_caches()
     import torch
     import triton
@@ -256,10 +250,7 @@ def main() -> int:
         "summary": summary(rows),
         "cases": rows,
     }
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    print_table(rows)
-    print(json.dumps(result["summary"], indent=1))
-    return 0
+    return finish(args.json, result, print_table)
 
 
 if __name__ == "__main__":

@@ -252,6 +252,22 @@ def _warm(names: list[str]) -> dict[str, Any]:
     return {"setup_s": setup_s, "cases": rows}
 
 
+def merged(paths: list[str], summarize: Any) -> dict[str, Any]:
+    """The parts of a run split with ``--only`` (a device call has a time limit) as one result."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    result = {**parts[0], "cases": [row for part in parts for row in part["cases"]]}
+    result["summary"] = summarize(result["cases"])
+    return result
+
+
+def finish(path: str, result: dict[str, Any], table: Any) -> int:
+    """Write the result as JSON, print its table and its summary."""
+    Path(path).write_text(json.dumps(result, indent=1))
+    table(result["cases"])
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
@@ -311,15 +327,11 @@ def main() -> int:
     if args.cold:
         Path(args.json).write_text(json.dumps(_cold_tune(args.cold)))
         return 0
-    if args.merge:  # the parts of a run split with --only (a device call has a time limit)
-        parts = [json.loads(Path(p).read_text()) for p in args.merge]
-        result = {**parts[0], "cases": [row for part in parts for row in part["cases"]]}
-        result["warm_process_setup_s"] = max(part["warm_process_setup_s"] for part in parts)
-        result["summary"] = summary(result["cases"])
-        Path(args.json).write_text(json.dumps(result, indent=1))
-        print_table(result["cases"])
-        print(json.dumps(result["summary"], indent=1))
-        return 0
+    if args.merge:
+        result = merged(args.merge, summary)
+        setups = [json.loads(Path(p).read_text())["warm_process_setup_s"] for p in args.merge]
+        result["warm_process_setup_s"] = max(setups)
+        return finish(args.json, result, print_table)
     _fresh_caches()
     import torch
     import triton
@@ -356,10 +368,7 @@ def main() -> int:
         "summary": summary(rows),
         "cases": rows,
     }
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    print_table(rows)
-    print(json.dumps(result["summary"], indent=1))
-    return 0
+    return finish(args.json, result, print_table)
 
 
 if __name__ == "__main__":
