@@ -355,8 +355,8 @@ def main() -> int:
     if args.only:
         wanted = set(args.only.split(","))
         cases = [c for c in cases if c.name in wanted]
-    # Every cold tune first: once Inductor has compiled, its idle compile workers slowed a fresh
-    # process's tuning about threefold on the H100 machine (10 s against 3 s).
+    # Every cold tune first: once Inductor had compiled in this process, a fresh process's tuning
+    # took about 10 s instead of 3 s on the H100 machine (cause not established).
     colds = {case.name: _cold(case) for case in cases}
     rows = []
     for case in cases:
