@@ -61,7 +61,8 @@ def _cold_tune(name: str) -> dict[str, Any]:
     case = {c.name: c for c in problemset.load(SHAPES)}[name]
     tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
     tiny = torch.randn(8, 8, device=DEVICE)
-    tunesmith.tune("mm", tiny, tiny, options={"backends": ["aten"]})
+    # memory only: a hit in the shared cache (an earlier case's process) would not start the worker
+    tunesmith.tune("mm", tiny, tiny, options={"backends": ["aten"], "caches": []})
     _sync()
     start = time.perf_counter()
     sel = _tune(case, tensors, scalars)
@@ -328,6 +329,7 @@ def main() -> int:
     parser.add_argument("--json", required=True, help="where to write the results")
     parser.add_argument("--only", help="comma-separated case names (default: every case)")
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
+    parser.add_argument("--cold-only", action="store_true", help="only each case's cold tuning time")
     parser.add_argument("--merge", nargs="+", help="merge the JSON files of runs split with --only")
     parser.add_argument("--warm", help=argparse.SUPPRESS)  # the fresh warm-cache process
     parser.add_argument("--cold", help=argparse.SUPPRESS)  # a case's cold tune in a fresh process
@@ -358,6 +360,15 @@ def main() -> int:
     # Every cold tune first: once Inductor had compiled in this process, a fresh process's tuning
     # took about 10 s instead of 3 s on the H100 machine (cause not established).
     colds = {case.name: _cold(case) for case in cases}
+    if args.cold_only:
+        rows = [{"name": n, "tunesmith_tune_s": c["tune_s"], "tunesmith_spec": c["spec"]} for n, c in colds.items()]
+        median = statistics.median(r["tunesmith_tune_s"] for r in rows)
+        result = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "torch": torch.__version__}
+        result |= {"triton": triton.__version__, "date": time.strftime("%Y-%m-%d"), "backends": BACKENDS}
+        result |= {"prune": tunesmith.current_options().prune, "summary": {"median_tunesmith_tune_s": median}}
+        Path(args.json).write_text(json.dumps({**result, "cases": rows}, indent=1))
+        print(json.dumps(result["summary"]), *(f"{r['name']}: {r['tunesmith_tune_s']:.2f} s" for r in rows), sep="\n")
+        return 0
     rows = []
     for case in cases:
         print(f"{case.name} ...", file=sys.stderr, flush=True)
