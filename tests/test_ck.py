@@ -411,8 +411,11 @@ def test_libraries_are_cached_by_source_hash(tmp_path):
     assert f"--offload-arch={TARGET}" in log.read_text()
     assert build("// instance one", hipcc, TARGET, "/opt/ck/include", root) == first  # a hit: not compiled again
     assert len(log.read_text().splitlines()) == 1
+    first.chmod(0o666)  # writable by others: anyone could have planted it, so it is built again
+    assert build("// instance one", hipcc, TARGET, "/opt/ck/include", root) == first
+    assert len(log.read_text().splitlines()) == 2 and not first.stat().st_mode & stat.S_IWOTH
     other = build("// instance two", hipcc, TARGET, "/opt/ck/include", root)
-    assert other != first and len(log.read_text().splitlines()) == 2
+    assert other != first and len(log.read_text().splitlines()) == 3
     assert build_key("// instance one", hipcc, "gfx90a", "/opt/ck/include") != first.stem  # another GPU
     with pytest.raises(BuildError, match="no matching constructor for DeviceOp"):
         build("// FAIL", hipcc, TARGET, "/opt/ck/include", root)

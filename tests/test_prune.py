@@ -4,7 +4,6 @@ always are, and without a device profile nothing is pruned."""
 from __future__ import annotations
 
 import attrs
-import pytest
 
 import tunesmith
 from tunesmith.cost.profiles import PRESETS
@@ -80,13 +79,27 @@ def test_no_profile_or_prune_off_benchmarks_everything(register):
     assert tunesmith.counters["choices_pruned"] == 0
 
 
-@pytest.mark.parametrize("raises", [False, True])
-def test_unestimated_choices_rank_at_the_roofline(register, raises):
-    """A choice no plugin estimates (or whose estimate raises) ranks at the Problem's roofline,
-    ahead of any modelled choice: it is benchmarked rather than dropped."""
-    register(ModelledBackend(None, 1.0, 2.0, raises=raises))
+def test_unestimated_choices_are_kept_outside_the_budget(register):
+    """A choice no plugin estimates is benchmarked rather than dropped, and takes no place from
+    the modelled ones."""
+    register(ModelledBackend(None, 3.0, 1.0, None, 2.0))
     register(CpuProfile(), "cpu_profile")
     sel = tunesmith.tune("mm", A, B, options={"prune": 1})
-    kept = {("aten", None), ("modelled", 0)}
-    assert benchmarked(sel) == kept
+    assert benchmarked(sel) == {("aten", None), ("modelled", 0), ("modelled", 2), ("modelled", 3)}
     assert tunesmith.counters["choices_pruned"] == 2
+
+
+def test_an_estimate_or_a_profile_that_raises_does_not_stop_tuning(register):
+    register(ModelledBackend(1.0, 2.0, raises=True))
+    register(CpuProfile(), "cpu_profile")
+    assert len(tunesmith.tune("mm", A, B, options={"prune": 1}).timings) == 3  # unestimated: all kept
+
+    class BrokenProfile:
+        @hookimpl(tryfirst=True)
+        def tunesmith_device_info(self, device):
+            raise RuntimeError("profile broke")
+
+    register(BrokenProfile(), "broken_profile")
+    tunesmith.reset()
+    assert len(tunesmith.tune("mm", A, B, options={"prune": 1}).timings) == 3
+    assert tunesmith.counters["choices_pruned"] == 0

@@ -250,3 +250,21 @@ def test_specs_that_name_no_kernel_are_refused():
     mm, _ = build_problem("mm", [torch.randn(8, 8), torch.randn(8, 8)], {})
     with pytest.raises(ValueError, match="persistent"):
         TritonChoice(ChoiceSpec("triton", "gemm", {**tile, "persistent": True}), mm, "ieee")
+
+
+def test_deterministic_mode_offers_no_split_k_and_keys_apart():
+    """Split-K's atomic sums depend on the order slices finish: not offered, and not served from
+    the cache, when torch must be deterministic."""
+    from tunesmith_triton.configs import configs_for
+
+    from tunesmith.cache.keys import selection_key
+
+    problem, _ = build_problem("mm", [torch.randn(5, 100), torch.randn(100, 19)], {})
+    key = selection_key(problem, torch.device("cpu"), [("triton", None)])
+    assert any(c.split_k > 1 for _, c in configs_for(problem, interpreter=True))
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert not any(c.split_k > 1 for _, c in configs_for(problem, interpreter=True))
+        assert selection_key(problem, torch.device("cpu"), [("triton", None)]) != key
+    finally:
+        torch.use_deterministic_algorithms(False)

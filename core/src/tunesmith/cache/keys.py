@@ -67,4 +67,6 @@ def selection_key(problem: Problem, device: torch.device, backends: Sequence[tup
     }
     if problem.op == "conv":  # a float32 convolution may use TF32 when cuDNN may
         body["cudnn_tf32"] = torch.backends.cudnn.allow_tf32
+    if torch.are_deterministic_algorithms_enabled():  # backends offer fewer kernels (no atomic sums)
+        body["deterministic"] = True
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

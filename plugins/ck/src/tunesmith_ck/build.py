@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -31,9 +32,16 @@ def cache_root(cache_dir: str | None) -> Path:
     return base / "ck"
 
 
+def _trusted(path: Path) -> bool:
+    """Whether a cached library may be loaded (loading runs its code): owned by this user and
+    writable by nobody else, so another user of a shared cache_dir cannot plant one."""
+    info = path.stat()
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
 def build_key(source: str, hipcc: str, arch: str, ck_include: str) -> str:
     """SHA-256 of the source, the compiler, the target and the CK headers used: equal keys, equal libraries."""
-    parts = (source, hipcc, arch, ck_include, " ".join(HIPCC_FLAGS))
+    parts = (source, os.path.realpath(hipcc), arch, ck_include, " ".join(HIPCC_FLAGS))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -43,8 +51,10 @@ def build(source: str, hipcc: str, arch: str, ck_include: str, root: Path) -> Pa
     key = build_key(source, hipcc, arch, ck_include)
     library = root / f"{key}.so"
     if library.is_file():
-        log.debug("ck: library %s found in the cache", library.name)
-        return library
+        if _trusted(library):
+            log.debug("ck: library %s found in the cache", library.name)
+            return library
+        log.warning("ck: %s is not ours alone (owner or write permission): building it again", library)
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as folder:
         src, out = Path(folder) / f"{key}.cpp", Path(folder) / f"{key}.so"

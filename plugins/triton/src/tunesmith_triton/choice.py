@@ -239,18 +239,24 @@ class TritonChoice:
 
     def _workspace(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Split-K's float32 tile sums [batch, M, N] and per-tile arrival counts, zero between calls
-        (the kernel's last slice zeroes them), one pair per device and stream so that streams do
-        not share them; nothing without split-K."""
+        (the kernel's last slice zeroes them): one pair per device and stream, so that streams do
+        not share them, and a pair of its own for each call captured in a CUDA graph (a graph's
+        replays must not share them with other graphs or eager calls); nothing without split-K."""
         if self.config.split_k == 1:
             return ()
+        if out.is_cuda and torch.cuda.is_current_stream_capturing():
+            return self._zeroed(out)
         key = (out.device.index or 0, torch.cuda.current_stream(out.device).cuda_stream if out.is_cuda else 0)
         if key not in self._sums:
-            batch = out.shape[0] if out.dim() == 3 else 1
-            m, n = out.shape[-2:]
-            tiles = triton.cdiv(m, self.config.block_m) * triton.cdiv(n, self.config.block_n)
-            sums = torch.zeros((batch, m, n), dtype=torch.float32, device=out.device)
-            self._sums[key] = (sums, torch.zeros(batch * tiles, dtype=torch.int32, device=out.device))
+            self._sums[key] = self._zeroed(out)
         return self._sums[key]
+
+    def _zeroed(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = out.shape[0] if out.dim() == 3 else 1
+        m, n = out.shape[-2:]
+        tiles = triton.cdiv(m, self.config.block_m) * triton.cdiv(n, self.config.block_n)
+        sums = torch.zeros((batch, m, n), dtype=torch.float32, device=out.device)
+        return sums, torch.zeros(batch * tiles, dtype=torch.int32, device=out.device)
 
     def _launches(self, tensors: Sequence[torch.Tensor], out: torch.Tensor, ws: Sequence[torch.Tensor]) -> list[Launch]:
         """The kernel launch computing ``out`` (a list: the conv template's subclass has its own)."""

@@ -156,7 +156,8 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
 
     for bm, bn, bk, warps, stages in plain:
         offer("gemm", Config(*sized(bm, bn, bk, m, n, k), 8, warps, stages))
-    if problem.op != "mm_plus_mm":
+    # split-K's slices add up in the order they finish: not offered where results must repeat bit for bit
+    if problem.op != "mm_plus_mm" and not torch.are_deterministic_algorithms_enabled():
         for bm, bn, bk, warps, stages in split_k:
             bm, bn, bk = sized(bm, bn, bk, m, n, k)
             tiles = batch * _cdiv(m, bm) * _cdiv(n, bn)
