@@ -12,7 +12,6 @@ from typing import Any
 
 from tunesmith import hooks
 from tunesmith.cache.stack import reset_backoff
-from tunesmith.cost.graph import Estimate, estimate
 from tunesmith.counters import counters
 from tunesmith.errors import NoValidChoicesError, OptionError, ProblemError, TunesmithError, TunesmithWarning
 from tunesmith.options import Options
@@ -53,6 +52,16 @@ def reset() -> None:
     counters.clear()
     reset_backoff()
     hooks._status_cache.clear()
+
+
+def __getattr__(name: str) -> Any:
+    """``estimate`` and ``Estimate`` load the tracing machinery (torch.fx, sympy: about a second)
+    on first use, not with every ``import tunesmith`` (benchmark workers, CLI calls)."""
+    if name in ("estimate", "Estimate"):
+        from tunesmith.cost import graph
+
+        return getattr(graph, name)
+    raise AttributeError(f"module 'tunesmith' has no attribute {name!r}")
 
 
 __all__ = [
