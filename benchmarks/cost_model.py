@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gemm import BACKENDS, DEVICE, PRECISION, ROUNDS, SHAPES, _eager, _fresh_caches, _sync, _time, finish, merged
+from gemm import BACKENDS, DEVICE, PRECISION, SHAPES, _eager, _fresh_caches, _sync, finish, interleaved, merged
 
 PRUNE = 6
 #: the profiles an estimate is made with: the preset of the GPU, and its calibration
@@ -140,12 +140,7 @@ def _case_row(case: Any, prune: int) -> dict[str, Any]:
             kernels[kind] = choice.kernel()
             row[f"{kind}_rel_error"] = relative_error(kernels[kind](*inputs), ref)
     paths = {"aten": lambda: eager(scalars, *tensors)} | {k: (lambda f=f: f(*inputs)) for k, f in kernels.items()}
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    names = list(paths)
-    for i in range(ROUNDS):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            times[name].append(_time(paths[name]))
-    for name, values in times.items():
+    for name, values in interleaved(paths).items():
         row[f"{name}_ms"] = statistics.median(values)
     for kind in KINDS:
         if f"estimate_{kind}_ms" in row:

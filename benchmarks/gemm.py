@@ -134,6 +134,17 @@ def _in_fresh_process(flag: str, value: str, **env: str) -> dict[str, Any]:
     return json.loads(answer.read_text())
 
 
+def interleaved(paths: dict[str, Any]) -> dict[str, list[float]]:
+    """Each path's time in ``ROUNDS`` short rounds, each round starting with the next path in turn:
+    the clock of a long run (power and heat) then weighs on every path alike."""
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    names = list(paths)
+    for i in range(ROUNDS):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            times[name].append(_time(paths[name]))
+    return times
+
+
 def _launch_us(fn: Any, calls: int = 50) -> float:
     """Host time per call, enqueueing back to back (what a kernel costs the CPU)."""
     _sync()
@@ -199,14 +210,7 @@ def _case_row(case: Any, cold: dict[str, Any], inductor: bool) -> dict[str, Any]
         row["inductor_compile_s"] = time.perf_counter() - start
         row["inductor_rel_error"] = relative_error(out, ref)
         paths["inductor"] = lambda: compiled(scalars, *tensors)
-    # Short interleaved rounds, each starting with the next path in turn, and the median of each
-    # path: the clock of a long run (power and heat) then weighs on every path alike.
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    names = list(paths)
-    for i in range(ROUNDS):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            times[name].append(_time(paths[name]))
-    for name, values in times.items():
+    for name, values in interleaved(paths).items():
         row[f"{name}_ms"] = statistics.median(values)
         row[f"{name}_best_ms"] = min(values)  # the clock drops under the power limit, never rises
         row[f"{name}_rounds_ms"] = values
