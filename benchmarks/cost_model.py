@@ -32,7 +32,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gemm import BACKENDS, DEVICE, PRECISION, SHAPES, _eager, _fresh_caches, _sync, finish, interleaved, merged
+from gemm import (
+    BACKENDS,
+    DEVICE,
+    PRECISION,
+    SHAPES,
+    _eager,
+    _fresh_caches,
+    _sync,
+    finish,
+    interleaved,
+    merged,
+    run_info,
+)
 
 PRUNE = 6
 #: the profiles an estimate is made with: the preset of the GPU, and its calibration
@@ -216,7 +228,6 @@ def main() -> int:
         return finish(args.json, merged(args.merge, summary), print_table)
     root = _fresh_caches()
     import torch
-    import triton
 
     from tunesmith import problemset
 
@@ -234,14 +245,8 @@ def main() -> int:
         rows.append(_case_row(case, args.prune))
         Path(args.json).write_text(json.dumps({"partial": True, "cases": rows}, indent=1))
     result = {
-        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "prune": args.prune,
+        **run_info(args.prune),
         "calibrated_profile": calibration,
-        "backends": BACKENDS,
-        "float32_matmul_precision": PRECISION,
         "summary": summary(rows),
         "cases": rows,
     }

@@ -262,6 +262,22 @@ def _warm(names: list[str]) -> dict[str, Any]:
     return {"setup_s": setup_s, "cases": rows}
 
 
+def run_info(prune: int | None) -> dict[str, Any]:
+    """What a result file records about its run: the device, the versions, the date and the settings."""
+    import torch
+    import triton
+
+    return {
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "backends": BACKENDS,
+        "prune": prune,
+        "float32_matmul_precision": PRECISION,
+    }
+
+
 def merged(paths: list[str], summarize: Any) -> dict[str, Any]:
     """The parts of a run split with ``--only`` (a device call has a time limit) as one result."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
@@ -351,7 +367,6 @@ def main() -> int:
         return finish(args.json, result, print_table)
     _fresh_caches()
     import torch
-    import triton
 
     import tunesmith
     from tunesmith import problemset
@@ -361,15 +376,15 @@ def main() -> int:
     if args.only:
         wanted = set(args.only.split(","))
         cases = [c for c in cases if c.name in wanted]
-    # Every cold tune first: once Inductor had compiled in this process, a fresh process's tuning
-    # took about 10 s instead of 3 s on the H100 machine (cause not established).
+    # Every cold tune first, before anything of Inductor's runs in this process beside them.
     colds = {case.name: _cold(case) for case in cases}
+    info = run_info(tunesmith.current_options().prune)
     if args.cold_only:
         rows = [{"name": n, "tunesmith_tune_s": c["tune_s"], "tunesmith_spec": c["spec"]} for n, c in colds.items()]
-        median = statistics.median(r["tunesmith_tune_s"] for r in rows)
-        result = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "torch": torch.__version__}
-        result |= {"triton": triton.__version__, "date": time.strftime("%Y-%m-%d"), "backends": BACKENDS}
-        result |= {"prune": tunesmith.current_options().prune, "summary": {"median_tunesmith_tune_s": median}}
+        result = {
+            **info,
+            "summary": {"median_tunesmith_tune_s": statistics.median(c["tune_s"] for c in colds.values())},
+        }
         Path(args.json).write_text(json.dumps({**result, "cases": rows}, indent=1))
         print(json.dumps(result["summary"]), *(f"{r['name']}: {r['tunesmith_tune_s']:.2f} s" for r in rows), sep="\n")
         return 0
@@ -384,14 +399,8 @@ def main() -> int:
         r["tunesmith_warm_s"], r["warm_cached"] = w["warm_s"], w["cached"]
         r["warm_same_spec"] = w["spec"] == r["tunesmith_spec"]
     result = {
-        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "backends": BACKENDS,
-        "prune": tunesmith.current_options().prune,
+        **info,
         "timing": f"median of {ROUNDS} interleaved rounds of do_bench medians (warmup 10 ms, rep 40 ms)",
-        "float32_matmul_precision": PRECISION,
         "warm_process_setup_s": warm["setup_s"],
         "warm_process_setup": "imports, plugin loading, first CUDA, cuBLAS (per dtype) and Triton use",
         "summary": summary(rows),
