@@ -180,10 +180,15 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
     return found
 
 
+def pipeline_bytes(config: Config, size: int) -> int:
+    """Shared memory of the config's pipeline: an A and a B tile of ``size``-byte elements per stage."""
+    return config.num_stages * (config.block_m + config.block_n) * config.block_k * size
+
+
 def fits(config: Config, size: int, limit: int | None) -> bool:
-    """Whether the config's pipeline (an A and a B tile of ``size``-byte elements per stage) fits
-    ``limit`` bytes of shared memory (None: no limit, the interpreter)."""
-    return limit is None or config.num_stages * (config.block_m + config.block_n) * config.block_k * size <= limit
+    """Whether the config's pipeline fits ``limit`` bytes of shared memory (None: no limit, the
+    interpreter)."""
+    return limit is None or pipeline_bytes(config, size) <= limit
 
 
 def affordable(items: list[Any], work: Callable[[Any], int], budget: int) -> list[Any]:

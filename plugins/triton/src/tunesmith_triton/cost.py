@@ -17,7 +17,7 @@ from tunesmith.cost.roofline import math_dtype, peak_flops, problem_bytes
 from tunesmith.problem import torch_dtype
 from tunesmith_hookspecs import DeviceInfo, Problem
 from tunesmith_triton.choice import Config, TritonChoice
-from tunesmith_triton.configs import dims
+from tunesmith_triton.configs import _cdiv, dims, pipeline_bytes
 from tunesmith_triton.conv import CONV_TEMPLATE, conv_sizes
 
 #: fraction of the SM's peak a tile's main loop reaches: warpgroup MMA (tiles of 64 rows or
@@ -58,14 +58,10 @@ def work_of(choice: TritonChoice) -> Work:
     return Work(batch, m, n, k, products=2 if problem.op == "mm_plus_mm" else 1)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _resident(config: Config, size: int, shared_memory: int) -> int:
     """Programs of this config an SM holds at once (shared memory, threads, registers)."""
     threads = config.num_warps * 32
-    pipeline = config.num_stages * (config.block_m + config.block_n) * config.block_k * size
+    pipeline = pipeline_bytes(config, size)
     registers = max(64, min(255, config.block_m * config.block_n // threads + 32))
     return max(1, min(shared_memory // max(pipeline, 1), THREADS // threads, REGISTERS // (threads * registers)))
 
