@@ -17,6 +17,7 @@ smoke test of the script, not a measurement).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -30,6 +31,8 @@ from typing import Any
 
 SHAPES = Path(__file__).with_name("gemm_shapes.json")
 BACKENDS = ["aten", "triton"]
+#: the paths that tunesmith takes, by the field prefix of their results: ``--cutlass`` adds the second
+VARIANTS = {"tunesmith": BACKENDS, "tunesmith_cutlass": [*BACKENDS, "cutlass"]}
 #: float32 matmuls may use TF32 (the set's float32 case is named for it), on every path
 PRECISION = "high"
 DEVICE = os.environ.get("GEMM_BENCH_DEVICE", "cuda")
@@ -43,31 +46,54 @@ def _fresh_caches() -> Path:
     for var, name in (("TUNESMITH_CACHE_DIR", "tunesmith"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
         os.environ[var] = str(root / name)
     os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
+    # Inductor points Triton at torch's own ptxas on its first compile (when nothing names one);
+    # Triton keys its cache by the ptxas, so every process of the run uses that one from the start
+    torch_dir = importlib.util.find_spec("torch").submodule_search_locations[0]  # type: ignore[index, union-attr]
+    ptxas = Path(torch_dir) / "bin" / "ptxas"
+    if ptxas.is_file():
+        os.environ.setdefault("TRITON_PTXAS_PATH", str(ptxas))
     return root
 
 
-def _cold_tune(name: str) -> dict[str, Any]:
-    """In this fresh process, with an empty Triton cache of its own: the time ``tune()`` takes for
-    one case. Compiled Triton kernels do not depend on sizes, so tuning the cases one after the
-    other in one process would reuse earlier cases' kernels, which Inductor (sizes compiled in)
-    cannot. What any process pays once (CUDA, the benchmark worker's start) is paid before the
-    clock starts, with an ATen-only tune of a tiny problem."""
+def warm_process(backends: list[str]) -> None:
+    """Pay what a process pays once, whatever it tunes, before any clock starts: CUDA, the benchmark
+    worker's start, and each backend's first use there and here (a tune of a small problem of
+    another shape, kept in memory only: a hit in a shared cache would start nothing)."""
     import torch
 
     import tunesmith
+
+    t = torch.randn(24, 40, device=DEVICE, dtype=torch.float16)
+    tunesmith.tune("mm", t, t.t().contiguous(), options={"backends": backends, "caches": [], "prune": 1})
+    _sync()
+
+
+def _cold_tune(name: str, variant: str) -> dict[str, Any]:
+    """In this fresh process, with an empty Triton cache of its own: the time ``tune()`` takes for
+    one case. Compiled Triton kernels do not depend on sizes, so tuning the cases one after the
+    other in one process would reuse earlier cases' kernels, which Inductor (sizes compiled in)
+    cannot. (CUTLASS's libraries, under the shared tunesmith cache folder, are reused by design:
+    one serves every problem of its kind.) What any process pays once is paid before the clock
+    starts (:func:`warm_process`)."""
+    import torch
+
     from tunesmith import problemset
 
     torch.set_float32_matmul_precision(PRECISION)
     case = {c.name: c for c in problemset.load(SHAPES)}[name]
     tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
-    tiny = torch.randn(8, 8, device=DEVICE)
-    # memory only: a hit in the shared cache (an earlier case's process) would not start the worker
-    tunesmith.tune("mm", tiny, tiny, options={"backends": ["aten"], "caches": []})
-    _sync()
+    warm_process(VARIANTS[variant])
+    libraries = Path(os.environ["TUNESMITH_CACHE_DIR"]) / "cutlass"
+    before = len(list(libraries.glob("*.so")))
     start = time.perf_counter()
-    sel = _tune(case, tensors, scalars)
+    sel = _tune(case, tensors, scalars, VARIANTS[variant])
     _sync()
-    return {"tune_s": time.perf_counter() - start, "spec": str(sel.spec), "source": sel.report.source}
+    return {
+        "tune_s": time.perf_counter() - start,
+        "spec": str(sel.spec),
+        "source": sel.report.source,
+        "libraries_built": len(list(libraries.glob("*.so"))) - before,
+    }
 
 
 def _eager(case: Any) -> Any:
@@ -163,20 +189,27 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _tune(case: Any, tensors: list[Any], scalars: dict[str, Any]) -> Any:
+def _tune(case: Any, tensors: list[Any], scalars: dict[str, Any], backends: list[str] = BACKENDS) -> Any:
     import tunesmith
     from tunesmith import problemset
 
     steps = problemset.epilogue(case)
-    return tunesmith.tune(case.op, *tensors, epilogue=steps, options={"backends": BACKENDS}, **scalars)
+    return tunesmith.tune(case.op, *tensors, epilogue=steps, options={"backends": backends}, **scalars)
 
 
-def _cold(case: Any) -> dict[str, Any]:
+def _cold(case: Any, variant: str) -> dict[str, Any]:
     """The case's cold tune, in a fresh process with an empty Triton cache of its own."""
-    return _in_fresh_process("--cold", case.name, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton_cold_"))
+    triton_cache = tempfile.mkdtemp(prefix="triton_cold_")
+    return _in_fresh_process("--cold", f"{case.name}:{variant}", TRITON_CACHE_DIR=triton_cache)
 
 
-def _case_row(case: Any, cold: dict[str, Any], inductor: bool) -> dict[str, Any]:
+def paired(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of one path's time over another's in the same round: a drift of the
+    clock (power, heat) between rounds weighs on both of a pair alike."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))
+
+
+def _case_row(case: Any, colds: dict[str, dict[str, Any]], inductor: bool) -> dict[str, Any]:
     import torch
 
     from tunesmith import problemset
@@ -189,18 +222,21 @@ def _case_row(case: Any, cold: dict[str, Any], inductor: bool) -> dict[str, Any]
     row: dict[str, Any] = {"name": case.name, "op": case.op, "shape": problemset.shape_text(case), "dtype": case.dtype}
     row["aten_rel_error"] = relative_error(eager(scalars, *tensors), ref)
 
-    row["tunesmith_tune_s"] = cold["tune_s"]
-    sel = _tune(case, tensors, scalars)  # the entry the fresh process stored
-    assert sel.cached and str(sel.spec) == cold["spec"], (sel.report.source, sel.spec, cold)
-    row["tunesmith_spec"] = str(sel.spec)
-    row["tunesmith_choices"] = len(sel.timings)
-    ranked = sorted((ms, str(spec)) for spec, ms in sel.timings.items() if math.isfinite(ms))
-    row["tuning_top5_ms"] = [[spec, ms] for ms, spec in ranked[:5]]
-    row["failed"] = {str(t.spec): t.error for t in sel.report.timings if getattr(t, "error", None)}
-    row["tuning_aten_ms"] = min((ms for ms, spec in ranked if spec.startswith("aten")), default=None)
-    row["tunesmith_rel_error"] = relative_error(sel.kernel(*tensors), ref)
-
-    paths = {"aten": lambda: eager(scalars, *tensors), "tunesmith": lambda: sel.kernel(*tensors)}
+    paths = {"aten": lambda: eager(scalars, *tensors)}
+    selections = {}
+    for variant, cold in colds.items():
+        row[f"{variant}_tune_s"] = cold["tune_s"]
+        row[f"{variant}_libraries_built"] = cold["libraries_built"]
+        sel = selections[variant] = _tune(case, tensors, scalars, VARIANTS[variant])  # the fresh process's entry
+        assert sel.cached and str(sel.spec) == cold["spec"], (sel.report.source, sel.spec, cold)
+        row[f"{variant}_spec"] = str(sel.spec)
+        row[f"{variant}_choices"] = len(sel.timings)
+        ranked = sorted((ms, str(spec)) for spec, ms in sel.timings.items() if math.isfinite(ms))
+        row[f"{variant}_tuning_top5_ms"] = [[spec, ms] for ms, spec in ranked[:5]]
+        row[f"{variant}_failed"] = {str(t.spec): t.error for t in sel.report.timings if getattr(t, "error", None)}
+        row[f"{variant}_tuning_aten_ms"] = min((ms for ms, spec in ranked if spec.startswith("aten")), default=None)
+        row[f"{variant}_rel_error"] = relative_error(sel.kernel(*tensors), ref)
+        paths[variant] = lambda sel=sel: sel.kernel(*tensors)
     if inductor:
         torch.compiler.reset()
         compiled = torch.compile(eager, mode="max-autotune-no-cudagraphs", dynamic=False)
@@ -216,18 +252,23 @@ def _case_row(case: Any, cold: dict[str, Any], inductor: bool) -> dict[str, Any]
         row[f"{name}_rounds_ms"] = values
         row[f"{name}_launch_us"] = _launch_us(paths[name])
         row[f"{name}_graph_ms"] = _graph_time(paths[name])
-    # again through the launcher that the timed calls used
-    row["tunesmith_rel_error"] = max(row["tunesmith_rel_error"], relative_error(sel.kernel(*tensors), ref))
-    row["tflops"] = flops(sel.problem) / row["tunesmith_ms"] / 1e9
-    row["speedup_vs_aten"] = row["aten_ms"] / row["tunesmith_ms"]
-    if inductor:
-        row["speedup_vs_inductor"] = row["inductor_ms"] / row["tunesmith_ms"]
+    for variant, sel in selections.items():
+        # again through the launcher that the timed calls used
+        error = relative_error(sel.kernel(*tensors), ref)
+        row[f"{variant}_rel_error"] = max(row[f"{variant}_rel_error"], error)
+        prefix = "" if variant == "tunesmith" else f"{variant}_"
+        row[f"{prefix}tflops"] = flops(sel.problem) / row[f"{variant}_ms"] / 1e9
+        row[f"{prefix}speedup_vs_aten"] = row["aten_ms"] / row[f"{variant}_ms"]
+        row[f"{prefix}paired_speedup_vs_aten"] = paired(row["aten_rounds_ms"], row[f"{variant}_rounds_ms"])
+        if inductor:
+            row[f"{prefix}speedup_vs_inductor"] = row["inductor_ms"] / row[f"{variant}_ms"]
+            row[f"{prefix}paired_speedup_vs_inductor"] = paired(row["inductor_rounds_ms"], row[f"{variant}_rounds_ms"])
     return row
 
 
 def _warm(names: list[str]) -> dict[str, Any]:
-    """In this fresh process: the time to get each case's kernel from the warm cache (tune, then
-    its first call, synchronised). What a process pays once, whatever it runs, is timed apart:
+    """In this fresh process: the time to get each case's kernel (``name:variant``) from the warm
+    cache (tune, then its first call, synchronised). What a process pays once, whatever it runs, is timed apart:
     imports, plugin loading, and the first use of CUDA, of cuBLAS in each dtype and of Triton."""
     start = time.perf_counter()
     import torch
@@ -249,17 +290,31 @@ def _warm(names: list[str]) -> dict[str, Any]:
     _sync()
     setup_s = time.perf_counter() - start
     cases = {c.name: c for c in problemset.load(SHAPES)}
+    triton_cache = Path(os.environ["TRITON_CACHE_DIR"])
     rows = {}
-    for name in names:
+    for entry in names:
+        name, variant = entry.split(":")
         case = cases[name]
         tensors, scalars = problemset.make_inputs(case, DEVICE, seed=2)
+        files = sum(1 for _ in triton_cache.rglob("*"))
         _sync()
         start = time.perf_counter()
-        sel = _tune(case, tensors, scalars)
+        sel = _tune(case, tensors, scalars, VARIANTS[variant])
+        got = time.perf_counter()
         sel.kernel(*tensors)
         _sync()
-        rows[name] = {"warm_s": time.perf_counter() - start, "cached": sel.cached, "spec": str(sel.spec)}
-    return {"setup_s": setup_s, "cases": rows}
+        end = time.perf_counter()
+        rows[entry] = {
+            "warm_s": end - start,
+            "select_s": got - start,
+            "first_call_s": end - got,
+            # files Triton wrote: a compile (a miss in its cache), where the warm cache should have hit
+            "triton_files_written": sum(1 for _ in triton_cache.rglob("*")) - files,
+            "cached": sel.cached,
+            "spec": str(sel.spec),
+        }
+    env = {k: v for k, v in os.environ.items() if k.startswith(("TRITON", "TORCHINDUCTOR", "TUNESMITH"))}
+    return {"setup_s": setup_s, "cases": rows, "env": env}
 
 
 def run_info(prune: int | None) -> dict[str, Any]:
@@ -304,6 +359,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     vs_aten = [r["speedup_vs_aten"] for r in rows]
     out["geomean_speedup_vs_aten"] = _geomean(vs_aten)
     out["min_speedup_vs_aten"] = min(vs_aten)
+    if all("paired_speedup_vs_aten" in r for r in rows):  # per-round ratios
+        paired_aten = [r["paired_speedup_vs_aten"] for r in rows]
+        out["paired_geomean_speedup_vs_aten"], out["paired_min_speedup_vs_aten"] = (
+            _geomean(paired_aten),
+            min(paired_aten),
+        )
     if all("aten_best_ms" in r for r in rows):  # the fastest round of each path
         best = [r["aten_best_ms"] / r["tunesmith_best_ms"] for r in rows]
         out["best_round_geomean_speedup_vs_aten"], out["best_round_min_speedup_vs_aten"] = _geomean(best), min(best)
@@ -318,6 +379,14 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if all("inductor_best_ms" in r for r in rows):
             best = [r["inductor_best_ms"] / r["tunesmith_best_ms"] for r in rows]
             out["best_round_geomean_speedup_vs_inductor"] = _geomean(best)
+        if all("paired_speedup_vs_inductor" in r for r in rows):
+            out["paired_geomean_speedup_vs_inductor"] = _geomean([r["paired_speedup_vs_inductor"] for r in rows])
+    if all("tunesmith_cutlass_ms" in r for r in rows):
+        for key in ("speedup_vs_aten", "paired_speedup_vs_aten"):
+            ratios = [r[f"tunesmith_cutlass_{key}"] for r in rows]
+            out[f"cutlass_geomean_{key}"], out[f"cutlass_min_{key}"] = _geomean(ratios), min(ratios)
+        out["median_tunesmith_cutlass_tune_s"] = statistics.median(r["tunesmith_cutlass_tune_s"] for r in rows)
+        out["max_tunesmith_cutlass_tune_s"] = max(r["tunesmith_cutlass_tune_s"] for r in rows)
     graphed = [r for r in rows if r.get("tunesmith_graph_ms") and r.get("aten_graph_ms")]
     if len(graphed) == len(rows):  # GPU time alone: no host overhead on any path
         out["graph_geomean_speedup_vs_aten"] = _geomean([r["aten_graph_ms"] / r["tunesmith_graph_ms"] for r in rows])
@@ -332,15 +401,21 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title="GEMM set: time in ms, speedup = other path's time / tunesmith's")
-    for col in ("case", "aten", "tunesmith", "inductor", "vs aten", "vs inductor", "tune s", "compile s", "warm s"):
+    formats = [
+        ("aten", "aten_ms", "{:.4f}"), ("tunesmith", "tunesmith_ms", "{:.4f}"), ("inductor", "inductor_ms", "{:.4f}"),
+        ("vs aten", "speedup_vs_aten", "{:.3f}x"), ("paired", "paired_speedup_vs_aten", "{:.3f}x"),
+        ("vs inductor", "speedup_vs_inductor", "{:.3f}x"), ("tune s", "tunesmith_tune_s", "{:.2f}"),
+        ("compile s", "inductor_compile_s", "{:.1f}"), ("warm s", "tunesmith_warm_s", "{:.3f}"),
+    ]  # fmt: skip
+    if any("tunesmith_cutlass_ms" in r for r in rows):
+        formats += [
+            ("+cutlass", "tunesmith_cutlass_ms", "{:.4f}"), ("vs aten", "tunesmith_cutlass_speedup_vs_aten", "{:.3f}x"),
+            ("tune s", "tunesmith_cutlass_tune_s", "{:.1f}"),
+        ]  # fmt: skip
+    for col, _, _ in [("case", "", ""), *formats]:
         table.add_column(col, justify="left" if col == "case" else "right")
-    formats = (
-        ("aten_ms", "{:.4f}"), ("tunesmith_ms", "{:.4f}"), ("inductor_ms", "{:.4f}"), ("speedup_vs_aten", "{:.3f}x"),
-        ("speedup_vs_inductor", "{:.3f}x"), ("tunesmith_tune_s", "{:.2f}"), ("inductor_compile_s", "{:.1f}"),
-        ("tunesmith_warm_s", "{:.3f}"),
-    )  # fmt: skip
     for r in rows:
-        table.add_row(r["name"], *(fmt.format(r[k]) if r.get(k) is not None else "-" for k, fmt in formats))
+        table.add_row(r["name"], *(fmt.format(r[k]) if r.get(k) is not None else "-" for _, k, fmt in formats))
     Console(width=160).print(table)
 
 
@@ -350,6 +425,7 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated case names (default: every case)")
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
     parser.add_argument("--cold-only", action="store_true", help="only each case's cold tuning time")
+    parser.add_argument("--cutlass", action="store_true", help="add the path with backends aten + triton + cutlass")
     parser.add_argument("--merge", nargs="+", help="merge the JSON files of runs split with --only")
     parser.add_argument("--warm", help=argparse.SUPPRESS)  # the fresh warm-cache process
     parser.add_argument("--cold", help=argparse.SUPPRESS)  # a case's cold tune in a fresh process
@@ -358,7 +434,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(_warm(args.warm.split(","))))
         return 0
     if args.cold:
-        Path(args.json).write_text(json.dumps(_cold_tune(args.cold)))
+        Path(args.json).write_text(json.dumps(_cold_tune(*args.cold.split(":"))))
         return 0
     if args.merge:
         result = merged(args.merge, summary)
@@ -376,32 +452,41 @@ def main() -> int:
     if args.only:
         wanted = set(args.only.split(","))
         cases = [c for c in cases if c.name in wanted]
+    variants = list(VARIANTS) if args.cutlass else ["tunesmith"]
     # Every cold tune first, before anything of Inductor's runs in this process beside them.
-    colds = {case.name: _cold(case) for case in cases}
-    info = run_info(tunesmith.current_options().prune)
+    colds = {case.name: {v: _cold(case, v) for v in variants} for case in cases}
+    info = {**run_info(tunesmith.current_options().prune), "variants": {v: VARIANTS[v] for v in variants}}
     if args.cold_only:
-        rows = [{"name": n, "tunesmith_tune_s": c["tune_s"], "tunesmith_spec": c["spec"]} for n, c in colds.items()]
-        result = {
-            **info,
-            "summary": {"median_tunesmith_tune_s": statistics.median(c["tune_s"] for c in colds.values())},
-        }
-        Path(args.json).write_text(json.dumps({**result, "cases": rows}, indent=1))
-        print(json.dumps(result["summary"]), *(f"{r['name']}: {r['tunesmith_tune_s']:.2f} s" for r in rows), sep="\n")
+        rows = [
+            {"name": n, **{f"{v}_{k}": c[v][k] for v in variants for k in ("tune_s", "spec", "libraries_built")}}
+            for n, c in colds.items()
+        ]
+        medians = {f"median_{v}_tune_s": statistics.median(c[v]["tune_s"] for c in colds.values()) for v in variants}
+        Path(args.json).write_text(json.dumps({**info, "summary": medians, "cases": rows}, indent=1))
+        print(json.dumps(medians), *(json.dumps(r) for r in rows), sep="\n")
         return 0
     rows = []
+    env_before = dict(os.environ)
     for case in cases:
         print(f"{case.name} ...", file=sys.stderr, flush=True)
         rows.append(_case_row(case, colds[case.name], not args.no_inductor))
         Path(args.json).write_text(json.dumps({"partial": True, "cases": rows}, indent=1))
-    warm = _in_fresh_process("--warm", ",".join(r["name"] for r in rows))
+    # what this process's runs (Inductor's) changed in the environment the warm process inherits
+    env_changed = {k: v for k, v in os.environ.items() if env_before.get(k) != v}
+    warm = _in_fresh_process("--warm", ",".join(f"{r['name']}:{v}" for r in rows for v in variants))
     for r in rows:
-        w = warm["cases"][r["name"]]
-        r["tunesmith_warm_s"], r["warm_cached"] = w["warm_s"], w["cached"]
-        r["warm_same_spec"] = w["spec"] == r["tunesmith_spec"]
+        for v in variants:
+            w = warm["cases"][f"{r['name']}:{v}"]
+            r[f"{v}_warm_s"], r[f"{v}_warm_cached"] = w["warm_s"], w["cached"]
+            r[f"{v}_warm_select_s"], r[f"{v}_warm_first_call_s"] = w["select_s"], w["first_call_s"]
+            r[f"{v}_warm_triton_files_written"] = w["triton_files_written"]
+            r[f"{v}_warm_same_spec"] = w["spec"] == r[f"{v}_spec"]
     result = {
         **info,
         "timing": f"median of {ROUNDS} interleaved rounds of do_bench medians (warmup 10 ms, rep 40 ms)",
         "warm_process_setup_s": warm["setup_s"],
+        "warm_process_env": warm["env"],
+        "env_changed_by_run": env_changed,
         "warm_process_setup": "imports, plugin loading, first CUDA, cuBLAS (per dtype) and Triton use",
         "summary": summary(rows),
         "cases": rows,

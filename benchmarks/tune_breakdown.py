@@ -1,79 +1,128 @@
-"""Where a cold tune's time goes (one problem, baddbmm 64 x 512 x 512 x 64 fp16): the benchmark
-phase (precompile and time in the worker) and loading the winner in the tuning process, with
-``prune`` 6, 1 and off, each in a fresh process with empty tunesmith and Triton caches, with and
-without Triton already used in both processes. Prints one JSON line per run.
+"""Where a cold tune's time goes, per phase, for a few cases of the GEMM set, exhaustive and pruned.
 
-    python benchmarks/tune_breakdown.py
+Each line is one fresh process with empty tunesmith and Triton caches. Before the clock starts it
+pays what a process pays once: CUDA, the benchmark worker's start, and Triton's first use in
+both processes (a tune of a small problem of another shape, in memory only). Then it tunes the
+case (backends aten + triton) and reports the phases: choice generation, pruning, the benchmark
+(with ``benchmark=inprocess``: precompiling, and timing, apart), and loading the winner.
+
+    python benchmarks/tune_breakdown.py [--cases NAME,NAME] [--json FILE]
 """
 
 from __future__ import annotations
 
+import argparse
+import cProfile
 import json
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gemm import BACKENDS, DEVICE, PRECISION, SHAPES, _sync, run_info, warm_process
+
+CASES = ("baddbmm_attn_scores", "square_8192_bf16", "decode_m16", "addmm_relu_4096")
 
 
-def _child(prune: str, warm_triton: bool) -> None:
+def _child(name: str, prune: str, mode: str, profile: bool = False) -> dict[str, Any]:
     import torch
 
     import tunesmith
-    from tunesmith import selection
+    from tunesmith import problemset, selection
+    from tunesmith.bench import inprocess
 
-    tiny = torch.randn(8, 8, device="cuda")
-    tunesmith.tune("mm", tiny, tiny, options={"backends": ["aten"], "caches": []})  # starts the worker
-    if warm_triton:  # a Triton kernel of another problem: Triton's first use in both processes
-        t = torch.randn(24, 40, device="cuda")
-        tunesmith.tune("mm", t, t.t().contiguous(), options={"backends": ["aten", "triton"], "prune": 1})
-    torch.cuda.synchronize()
-    marks: dict[str, object] = {}
+    torch.set_float32_matmul_precision(PRECISION)
+    warm_process(BACKENDS)
+    phases: dict[str, float] = {}
 
-    def timed(name: str, fn):
-        def run(*args):
+    def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
-            result = fn(*args)
-            marks[name] = round(time.perf_counter() - start, 3)
-            return result
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                phases[key] = phases.get(key, 0.0) + time.perf_counter() - start
 
         return run
 
     benchmarker = selection.hooks.benchmarker
 
     class Timed:
-        def __init__(self, options) -> None:
+        def __init__(self, options: Any) -> None:
             self.inner = benchmarker(options)
 
-        def benchmark(self, *args):
+        def benchmark(self, *args: Any) -> Any:
             return timed("benchmark_s", self.inner.benchmark)(*args)
 
     selection.hooks.benchmarker = Timed
+    selection.hooks.choices = timed("choices_s", selection.hooks.choices)
+    selection.prune = timed("prune_s", selection.prune)
     selection.runnable = timed("load_winner_s", selection.runnable)
-    torch.manual_seed(0)
-    half = torch.float16
-    bias = torch.randn(64, 512, 512, device="cuda", dtype=half)
-    a, b = torch.randn(64, 512, 64, device="cuda", dtype=half), torch.randn(64, 64, 512, device="cuda", dtype=half)
+    inprocess.precompile_all = timed("precompile_s", inprocess.precompile_all)
+    inprocess.measure = timed("time_s", inprocess.measure)
+    case = {c.name: c for c in problemset.load(SHAPES)}[name]
+    tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
+    options = {"backends": BACKENDS, "prune": None if prune == "none" else int(prune), "benchmark": mode}
+    profiler = cProfile.Profile() if profile else None
+    _sync()
     start = time.perf_counter()
-    options = {"backends": ["aten", "triton"], "prune": None if prune == "none" else int(prune)}
-    sel = tunesmith.tune("baddbmm", bias, a, b, options=options)
-    torch.cuda.synchronize()
-    marks |= {"tune_s": round(time.perf_counter() - start, 3), "choices": len(sel.timings), "spec": str(sel.spec)}
-    print(json.dumps({"prune": prune, "triton_used_before": warm_triton, **marks}))
+    if profiler:
+        profiler.enable()
+    sel = tunesmith.tune(case.op, *tensors, epilogue=problemset.epilogue(case), options=options, **scalars)
+    _sync()
+    total = time.perf_counter() - start
+    if profiler:
+        profiler.disable()
+        for order in ("cumulative", "tottime"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats(order).print_stats(30)
+    return {
+        "case": name,
+        "prune": prune,
+        "benchmark": mode,
+        "tune_s": round(total, 3),
+        **{k: round(v, 3) for k, v in phases.items()},
+        "choices": len(sel.timings),
+        "spec": str(sel.spec),
+    }
 
 
 def main() -> int:
-    if len(sys.argv) == 3:
-        _child(sys.argv[1], sys.argv[2] == "warm")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--json", help="also write the lines, with the run's device and versions, here")
+    parser.add_argument("--profile", action="store_true", help="profile one in-process pruned tune per case instead")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_child(*args.child, profile=args.profile)))
         return 0
-    import torch
-
-    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
-    for prune, warm in (("6", "cold"), ("1", "cold"), ("none", "cold"), ("6", "warm"), ("none", "warm")):
-        root = tempfile.mkdtemp()
-        env = {**os.environ, "TUNESMITH_CACHE_DIR": f"{root}/ts", "TRITON_CACHE_DIR": f"{root}/triton"}
-        out = subprocess.run([sys.executable, __file__, prune, warm], env=env, capture_output=True, text=True)
-        print(out.stdout.strip().splitlines()[-1] if out.returncode == 0 else out.stderr[-2000:], flush=True)
+    if args.profile:  # the profile goes to stderr
+        for name in args.cases.split(","):
+            root = tempfile.mkdtemp(prefix="breakdown_")
+            env = {**os.environ, "TUNESMITH_CACHE_DIR": f"{root}/ts", "TRITON_CACHE_DIR": f"{root}/triton"}
+            command = [sys.executable, __file__, "--profile", "--child", name, "6", "inprocess"]
+            subprocess.run(command, env=env, check=True)
+        return 0
+    lines = []
+    for name in args.cases.split(","):
+        for prune in ("6", "none"):
+            for mode in ("subprocess", "inprocess"):
+                root = tempfile.mkdtemp(prefix="breakdown_")
+                env = {**os.environ, "TUNESMITH_CACHE_DIR": f"{root}/ts", "TRITON_CACHE_DIR": f"{root}/triton"}
+                command = [sys.executable, __file__, "--child", name, prune, mode]
+                out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+                if out.returncode:
+                    print(out.stderr[-3000:], file=sys.stderr)
+                    return 1
+                lines.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(json.dumps(lines[-1]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**run_info(6), "runs": lines}, indent=1))
     return 0
 
 

@@ -303,7 +303,8 @@ class TritonChoice:
         return torch.empty(out.shape, dtype=torch_dtype(out.dtype), device=tensors[0].device)
 
     def precompile(self) -> None:
-        """Compile the kernels for this Problem's layout (on a GPU; the interpreter compiles nothing)."""
+        """Compile the kernels for this Problem's layout and load them, with their launcher (on a
+        GPU; the interpreter compiles nothing)."""
         if self.problem.device != "cuda" or not torch.cuda.is_available():
             return
         device = torch.device("cuda", torch.cuda.current_device())
@@ -313,7 +314,12 @@ class TritonChoice:
         ]
         out = self._output(tensors)
         for kernel, grid, args, meta in self._launches(tensors, out, self._workspace(out)):
-            kernel.warmup(*args, grid=grid, **meta)
+            compiled = kernel.warmup(*args, grid=grid, **meta)
+            # Triton builds a kernel's launcher (a C compile, half a second when its signature is
+            # new) and loads it on the first launch: here, beside the other compiles, not in timing
+            load = getattr(compiled, "_init_handles", None)
+            if load is not None:
+                load()
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         def run(*tensors: torch.Tensor) -> torch.Tensor:
