@@ -98,8 +98,8 @@ def test_no_backends_is_no_valid_choices():
 
 
 def test_a_missing_backend_is_named():
-    with pytest.raises(tunesmith.NoValidChoicesError, match="cutlass: cannot run here: not installed"):
-        tunesmith.tune("mm", A, B, options={"backends": ["cutlass"]})
+    with pytest.raises(tunesmith.NoValidChoicesError, match="nonesuch: cannot run here: not installed"):
+        tunesmith.tune("mm", A, B, options={"backends": ["nonesuch"]})
 
 
 class BadOutput:

@@ -91,6 +91,16 @@ def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
 
 
+def broadcast_strides(meta: TensorMeta, shape: Sequence[int]) -> tuple[int, ...]:
+    """``meta``'s strides once the tensor is broadcast to ``shape``: broadcast dimensions get stride 0."""
+    pad = len(shape) - len(meta.shape)
+    out = []
+    for i, size in enumerate(shape):
+        j = i - pad
+        out.append(0 if j < 0 or (meta.shape[j] == 1 and size != 1) else meta.stride[j])
+    return tuple(out)
+
+
 def _check_broadcast(op: str, name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
     if not broadcasts_to(tuple(t.shape), shape):
         raise ProblemError(f"{op}: {name} of shape {tuple(t.shape)} does not broadcast to the output {shape}")

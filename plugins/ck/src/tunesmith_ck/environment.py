@@ -10,13 +10,14 @@ from pathlib import Path
 import attrs
 import torch
 
+from tunesmith.native_plugin import Probed
 from tunesmith_ck.arch import ARCHS, arch_of
 
 DEFAULT_ROCM = "/opt/rocm"
 
 
 @attrs.frozen
-class Environment:
+class Environment(Probed):
     """The tools found here; ``missing`` names each piece that is not, so ``runnable`` is ``not missing``."""
 
     arch: str | None = None
@@ -24,14 +25,6 @@ class Environment:
     ck_include: str | None = None
     multiprocessors: int | None = None
     missing: tuple[str, ...] = ()
-
-    @property
-    def runnable(self) -> bool:
-        return not self.missing
-
-    @property
-    def reason(self) -> str:
-        return "" if self.runnable else "missing " + "; ".join(self.missing)
 
 
 def rocm_path() -> Path:

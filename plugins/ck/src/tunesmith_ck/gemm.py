@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from tunesmith.problem import broadcast_strides
 from tunesmith_hookspecs import Problem, TensorMeta
 
 #: the ops served: mm and addmm through the GEMM, bmm through the batched GEMM
@@ -105,20 +106,10 @@ def _operand(name: str, meta: TensorMeta, rows: int, cols: int, batched: bool) -
     )
 
 
-def _broadcast_strides(meta: TensorMeta, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """``meta``'s strides expanded to ``shape`` (broadcast dimensions get stride 0)."""
-    pad = len(shape) - len(meta.shape)
-    out = []
-    for i, size in enumerate(shape):
-        j = i - pad
-        out.append(0 if j < 0 or (meta.shape[j] == 1 and size != 1) else meta.stride[j])
-    return tuple(out)
-
-
 def _d_tensor(name: str, meta: TensorMeta, gemm_shape: tuple[int, ...]) -> Matrix:
     if meta.dtype not in CK_TYPES:
         raise Unsupported(f"{name} is {meta.dtype}; CK's D tensors here are float16, bfloat16 or float32")
-    strides = _broadcast_strides(meta, gemm_shape)
+    strides = broadcast_strides(meta, gemm_shape)
     m, n = gemm_shape[-2:]
     sm, sn = strides[-2:]
     batch_stride = strides[0] if len(gemm_shape) == 3 else 0

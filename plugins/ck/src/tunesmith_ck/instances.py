@@ -14,6 +14,7 @@ import math
 
 import attrs
 
+from tunesmith.native_plugin import InstanceParams, Rejected
 from tunesmith_ck.arch import Arch
 from tunesmith_ck.gemm import ELEMENT_BYTES, INDEX_MAX, Gemm, Matrix
 
@@ -51,7 +52,7 @@ _str = attrs.validators.instance_of(str)
 
 
 @attrs.frozen
-class Instance:
+class Instance(InstanceParams):
     """The tuning parameters of one instance (CK's template arguments before derivation)."""
 
     block_size: int = attrs.field(validator=_int)
@@ -72,15 +73,6 @@ class Instance:
     gemm_spec: str = attrs.field(validator=_str)
     cshuffle_m: int = attrs.field(default=1, validator=_int)
     cshuffle_n: int = attrs.field(default=1, validator=_int)
-
-    def params(self) -> dict[str, int | str]:
-        """The ChoiceSpec params: every field, so a spec names exactly one instance."""
-        return attrs.asdict(self)
-
-    @classmethod
-    def from_params(cls, params: tuple[tuple[str, object], ...] | dict[str, object]) -> Instance:
-        """The instance a spec names; TypeError when the params are not an instance's."""
-        return cls(**dict(params))  # type: ignore[arg-type]
 
     @property
     def name(self) -> str:
@@ -387,14 +379,6 @@ TILES = (
 SCHEDULES = (("v3", "Intrawave"), ("v4", "Intrawave"), ("v1", "Intrawave"), ("v1", "Interwave"))
 WIDTHS = (8, 4, 2, 1)
 CSHUFFLES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1))
-
-
-@attrs.frozen
-class Rejected:
-    """An instance tried and refused, with every reason."""
-
-    instance: Instance
-    reasons: tuple[str, ...]
 
 
 def _a_or_b_fits(inst: Instance, operand: str, gemm: Gemm) -> bool:

@@ -1,0 +1,169 @@
+"""Build native sources (C++, CUDA, HIP) into shared libraries, once per machine: a library is cached
+on disk under the SHA-256 of everything that goes into it, and loaded from there afterwards.
+
+Used by the backends that compile their kernels (the ck plugin with hipcc, the cutlass plugin with
+nvcc), which supply the source, the key's parts and the compiler's command line:
+
+- :func:`build_key`: the SHA-256 of the parts (source, compiler version, flags, target, headers);
+- :func:`trusted`: whether a cached library may be loaded (loading runs its code);
+- :func:`build`: the cached library of a key, or a fresh compile into a temporary folder of the cache,
+  renamed into place atomically (a concurrent build of the same key writes the same file, and the
+  last rename wins), with a timeout that kills the compiler's whole process group, and the end of
+  its output in the error. Builds of one key take turns (a lock file per key; the second finds
+  the first's library), so a key compiles once even across processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+
+import platformdirs
+
+try:  # POSIX: builds of one key take turns across processes
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: threads of one process still take turns
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+#: characters of the compiler's output kept in a BuildError
+STDERR_TAIL = 3000
+
+
+class BuildError(RuntimeError):
+    """The compiler could not build a library; the message carries the end of its output."""
+
+
+def cache_root(cache_dir: str | None, name: str) -> Path:
+    """Where a plugin's libraries live: ``<cache_dir>/<name>`` (the core's ``cache_dir`` setting),
+    else the user cache dir of tunesmith."""
+    base = Path(cache_dir) if cache_dir else Path(platformdirs.user_cache_dir("tunesmith"))
+    return base / name
+
+
+def build_key(*parts: str) -> str:
+    """SHA-256 of the parts, in order: equal keys, equal libraries."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+@cache
+def _version(compiler: str, mtime_ns: int) -> str:
+    proc = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    return proc.stdout + proc.stderr
+
+
+def compiler_version(compiler: str) -> str:
+    """The compiler's ``--version`` output (asked once per compiler binary and process), so that a
+    new toolkit in the same place builds new libraries; empty when it cannot be run."""
+    path = os.path.realpath(compiler)
+    try:
+        return _version(path, os.stat(path).st_mtime_ns)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def trusted(path: Path) -> bool:
+    """Whether a cached library may be loaded: owned by this user and writable by nobody else, so
+    that another user of a shared cache_dir cannot plant one."""
+    info = path.stat()
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _turn(root: Path, key: str) -> Iterator[None]:
+    """Hold the build of ``key``: a lock per key among this process's threads, and a lock file
+    (beside ``root``, so that ``root`` holds only sources and libraries) among processes."""
+    with _thread_locks_guard:
+        lock = _thread_locks.setdefault(key, threading.Lock())
+    with lock:
+        if fcntl is None:
+            yield
+            return
+        folder = root.with_name(f".{root.name}-locks")
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{key}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _cached(library: Path, what: str) -> bool:
+    if not library.is_file():
+        return False
+    if trusted(library):
+        log.debug("%s: library %s found in the cache", what, library.name)
+        return True
+    log.warning("%s: %s is not ours alone (owner or write permission): building it again", what, library)
+    return False
+
+
+def _run(command: list[str], timeout_s: float, tool: str, key: str) -> subprocess.CompletedProcess[str]:
+    """Run the compiler in a process group of its own, killed whole on timeout (nvcc and hipcc
+    start the real compilers as children)."""
+    try:
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    except OSError as exc:
+        raise BuildError(f"{tool} could not start ({command[0]}): {exc}") from exc
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise BuildError(f"{tool} ran past {timeout_s:g} s building {key[:12]}") from exc
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def build(
+    source: str,
+    key: str,
+    root: Path,
+    command: Callable[[str, str], list[str]],
+    *,
+    suffix: str,
+    tool: str,
+    timeout_s: float,
+    what: str = "native build",
+) -> Path:
+    """The library ``<root>/<key>.so`` built from ``source``: from the cache when present and
+    trusted, else compiled now (the source is kept beside it as ``<key><suffix>``).
+    ``command(source_path, output_path)`` is the compiler's argv; ``tool`` names it in errors.
+    Raises :class:`BuildError` when the compiler cannot start, fails or runs past ``timeout_s``."""
+    library = root / f"{key}.so"
+    if _cached(library, what):
+        return library
+    root.mkdir(parents=True, exist_ok=True)
+    with _turn(root, key):
+        if _cached(library, what):  # built by another thread or process while this one waited
+            return library
+        with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as folder:
+            src, out = Path(folder) / f"{key}{suffix}", Path(folder) / f"{key}.so"
+            src.write_text(source)
+            log.info("%s: building %s", what, key[:12])
+            proc = _run(command(str(src), str(out)), timeout_s, tool, key)
+            if proc.returncode != 0 or not out.is_file():
+                tail = ((proc.stderr or "") + (proc.stdout or ""))[-STDERR_TAIL:]
+                raise BuildError(f"{tool} failed (exit {proc.returncode}) building {key[:12]}:\n{tail}")
+            out.chmod(out.stat().st_mode & ~(stat.S_IWGRP | stat.S_IWOTH))
+            os.replace(src, root / f"{key}{suffix}")
+            os.replace(out, library)  # atomic: a concurrent build of the same key writes the same file
+    return library
