@@ -134,7 +134,15 @@ def conformance(dtypes: list[str], instances: int, timeout_s: float) -> dict[str
     lines = out.strip().splitlines()
     counts = {w: int(n) for n, w in re.findall(r"(\d+) (passed|failed|skipped|error)", lines[-1] if lines else "")}
     print("\n".join(lines[-40:]), flush=True)
-    return {"returncode": code, "counts": counts, "seconds": time.perf_counter() - start, "tail": lines[-80:]}
+    # the failures' own messages (the skips' reasons alone can fill the tail)
+    failures = [line for line in lines if "RuntimeError" in line or "relative error" in line or "Error:" in line]
+    return {
+        "returncode": code,
+        "counts": counts,
+        "seconds": time.perf_counter() - start,
+        "failures": failures[:200],
+        "tail": lines[-80:],
+    }
 
 
 # --- compile cost -----------------------------------------------------------------------------------

@@ -133,6 +133,8 @@ class _Launch:
         a, b = (tensors[i] for i in self.operands)
         g = self.gemm
         d = torch.empty(self.problem.output.shape, dtype=self.out_dtype, device=a.device)
+        if not d.numel():  # nothing to compute, and a launch of no blocks is an error
+            return d
         pointers = [tensors[o.index].data_ptr() for o in g.operands] or [0]
         args = (
             a.data_ptr(),

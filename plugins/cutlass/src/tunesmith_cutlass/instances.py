@@ -221,6 +221,8 @@ def _sm80_problem_reasons(inst: Instance, gemm: Gemm, arch: Arch) -> list[str]:
                 f"{matrix.name}'s {rows}x{inst.tile_k} tile in {matrix.alignment}-element vectors does not divide "
                 f"among {inst.threads} threads"
             )
+    if gemm.batch > 1:  # measured on the H100 (benchmarks/results/cutlass_check_h100.json): not yet found why
+        reasons.append("sm80 batched launches fail on the GPU (conformance, 2026-11-23): not offered until fixed")
     need = stage_bytes(inst, kind) * inst.stages
     if need > arch.smem_bytes:
         reasons.append(
