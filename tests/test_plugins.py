@@ -253,6 +253,29 @@ def test_raising_hooks_of_one_plugin_do_not_break_tuning_or_cache_hits(register,
     assert "plugin 'misbehaving'" in caplog.text
 
 
+class SettingsReader:
+    """A rebuild hook that records the settings in force while it runs."""
+
+    name = "settings_reader"
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    @hookimpl
+    def tunesmith_rebuild_choice(self, spec, problem):
+        self.seen.append(tunesmith.current_options().cache_dir)
+
+
+def test_a_rebuild_hook_reads_the_settings_of_the_tune_that_asks(register, tmp_path):
+    reader = SettingsReader()
+    register(reader)
+    tunesmith.tune("mm", A, B, options={"cache_dir": str(tmp_path / "mine")})
+    tunesmith.reset()
+    sel = tunesmith.tune("mm", A, B, options={"cache_dir": str(tmp_path / "mine")})
+    assert sel.report.source == "local" and reader.seen == [str(tmp_path / "mine")]
+    assert tunesmith.current_options().cache_dir != str(tmp_path / "mine")  # only while the hook ran
+
+
 class BadOptions:
     name = "bad_options"
 

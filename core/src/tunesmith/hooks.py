@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 
 from tunesmith.errors import TunesmithError
-from tunesmith.options import Options
+from tunesmith.options import Options, overriding, to_payload
 from tunesmith.plugins import PluginSystem, call_impl, describe_error, get_system
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import (
@@ -167,9 +167,12 @@ def rebuild_choices(specs: Sequence[ChoiceSpec], problem: Problem, options: Opti
     backends = {s.backend for s in specs}
     usable = {b for b in backends if b not in options.disabled_plugins and plugin_status(b, options).runnable}
     rebuilders = list(_impls(system, "tunesmith_rebuild_choice", options))
-    for i, spec in enumerate(specs):
-        if spec.backend in usable:
-            found[i] = _rebuilt(rebuilders, spec, problem)
+    # the hook takes no settings: a plugin reads them with current_options(), which must be these
+    # (a tune's own options, or a benchmark worker's from its parent), not this thread's
+    with overriding(to_payload(options)):
+        for i, spec in enumerate(specs):
+            if spec.backend in usable:
+                found[i] = _rebuilt(rebuilders, spec, problem)
     left = {specs[i].backend for i, c in enumerate(found) if c is None and specs[i].backend in usable}
     for impl in _impls(system, "tunesmith_choices", options):
         if impl.plugin_name in left:

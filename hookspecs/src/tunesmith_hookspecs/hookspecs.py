@@ -145,7 +145,8 @@ def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | Non
     *firstresult*: stops at the first implementation that returns a choice. Return ``None``
     when ``spec.backend`` is not this plugin's name, or the spec no longer applies. Where no
     plugin rebuilds a spec, the core calls ``tunesmith_choices`` of the spec's backend and picks
-    the choice with an equal spec.
+    the choice with an equal spec. While it runs, ``tunesmith.current_options()`` gives the
+    settings of the tune that asks (in a benchmark worker too): read plugin settings there.
 
     :param spec: the spec read from a cache or a benchmark request.
     :param problem: the Problem it was chosen for.
