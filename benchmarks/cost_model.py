@@ -11,9 +11,9 @@ Per case:
   that code's measured time (``do_bench`` median): ``estimate_*_ms / aten_ms``.
 - Cold tuning (backends aten + triton) twice, each in a fresh process with empty tunesmith and
   Triton caches: exhaustive (``prune`` off) and pruned (``prune=N``). The fresh process first
-  pays what any process pays once (``gemm.warm_process``: the benchmark worker's start, Triton's
-  first use in both processes, on a small problem of another shape), so the times compare tuning
-  work. The exhaustive run also records every choice's tuning time with its estimate.
+  pays what any process pays once (``gemm.warm_process``: the benchmark worker's start with its
+  compile processes, Triton's first use in each process, on a small problem of another shape), so
+  the times compare tuning work. The exhaustive run also records every choice's tuning time with its estimate.
 - Both chosen kernels timed again here, in interleaved rounds (the median of do_bench medians):
   ``pruned_ms / exhaustive_ms``.
 """
@@ -64,7 +64,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     prune = None if args.child_prune == "none" else int(args.child_prune)
     case = {c.name: c for c in problemset.load(SHAPES)}[args.child]
     tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
-    warm_process(BACKENDS)
+    warm_process()
     options = {"backends": BACKENDS, "prune": prune}
     before = tunesmith.counters["choices_pruned"]
     start = time.perf_counter()

@@ -55,16 +55,18 @@ def _fresh_caches() -> Path:
     return root
 
 
-def warm_process(backends: list[str]) -> None:
+def warm_process() -> None:
     """Pay what a process pays once, whatever it tunes, before any clock starts: CUDA, the benchmark
-    worker's start, and each backend's first use there and here (a tune of a small problem of
-    another shape, kept in memory only: a hit in a shared cache would start nothing)."""
+    worker's start with its compile processes, and Triton's first use in each of them and here (an
+    exhaustive tune of a small problem of another shape, which reaches every compile process; kept
+    in memory only: a hit in a shared cache would start nothing). CUTLASS has no such cost: its
+    compiler is a fresh nvcc for each library."""
     import torch
 
     import tunesmith
 
     t = torch.randn(24, 40, device=DEVICE, dtype=torch.float16)
-    tunesmith.tune("mm", t, t.t().contiguous(), options={"backends": backends, "caches": [], "prune": 1})
+    tunesmith.tune("mm", t, t.t().contiguous(), options={"backends": BACKENDS, "caches": [], "prune": None})
     _sync()
 
 
@@ -82,7 +84,7 @@ def _cold_tune(name: str, variant: str) -> dict[str, Any]:
     torch.set_float32_matmul_precision(PRECISION)
     case = {c.name: c for c in problemset.load(SHAPES)}[name]
     tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
-    warm_process(VARIANTS[variant])
+    warm_process()
     libraries = Path(os.environ["TUNESMITH_CACHE_DIR"]) / "cutlass"
     before = len(list(libraries.glob("*.so")))
     start = time.perf_counter()

@@ -37,7 +37,7 @@ def _child(name: str, prune: str, mode: str, profile: bool = False) -> dict[str,
     from tunesmith.bench import inprocess
 
     torch.set_float32_matmul_precision(PRECISION)
-    warm_process(BACKENDS)
+    warm_process()
     phases: dict[str, float] = {}
 
     def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:

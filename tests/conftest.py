@@ -23,6 +23,11 @@ REPO = TESTS.parent
 FIXTURE_PLUGINS = TESTS / "fixture_plugins"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a process per core, at most 4 (each test may start servers, workers and compilers)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 @pytest.fixture(autouse=True)
 def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A private cache dir, config dir and cwd; fast benchmark settings; a clean tunesmith state;

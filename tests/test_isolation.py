@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -64,9 +65,15 @@ def test_a_kernel_past_the_timeout_is_killed_and_timed_as_infinite(install):
     assert tunesmith.counters["benchmark_timeout"] == 1 and tunesmith.counters["benchmark_crash"] == 1
 
 
-def test_a_crash_among_parallel_precompiles_is_blamed_on_its_choice_only(install):
+@pytest.mark.parametrize("compile_in", ["threads", "processes"])
+def test_a_crash_among_parallel_precompiles_is_blamed_on_its_choice_only(install, compile_in):
     install("bench")
-    options = {**SUBPROCESS, "backends": ["aten", "fixture_compilecrash"], "compile_threads": 3}
+    options = {
+        **SUBPROCESS,
+        "backends": ["aten", "fixture_compilecrash"],
+        "compile_threads": 3,
+        "compile_in": compile_in,
+    }
     sel = tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
     times = {spec.template: ms for spec, ms in by_backend(sel, "fixture_compilecrash")}
     assert times["crash"] == math.inf
@@ -81,7 +88,7 @@ def test_compile_threads_run_precompiles_on_that_many_threads_off_the_main_threa
     log = tmp_path / "compile.log"
     monkeypatch.setenv("FIXTURE_COMPILE_LOG", str(log))
     install("bench")
-    options = {"benchmark": mode, "backends": ["fixture_compile"], "compile_threads": 4}
+    options = {"benchmark": mode, "backends": ["fixture_compile"], "compile_threads": 4, "compile_in": "threads"}
     tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
     rows = [line.split() for line in log.read_text().splitlines()]
     here = [r for r in rows if int(r[0]) == os.getpid()]
@@ -93,6 +100,45 @@ def test_compile_threads_run_precompiles_on_that_many_threads_off_the_main_threa
     # In subprocess mode the winner is compiled once more here, to run it; in-process, only once.
     assert len(here) == (1 if mode == "subprocess" else 8)
     assert tunesmith.counters["precompile"] == 8
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"  # a zombie is dead
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def test_compile_processes_precompile_first_then_the_worker_loads_and_they_die_with_it(install, tmp_path, monkeypatch):
+    log = tmp_path / "compile.log"
+    monkeypatch.setenv("FIXTURE_COMPILE_LOG", str(log))
+    install("bench")
+    options = {**SUBPROCESS, "backends": ["fixture_compile"], "compile_threads": 3, "compile_in": "processes"}
+    tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
+    worker = pool.slot(rand(1).device).worker
+    assert worker is not None
+    rows = [line.split() for line in log.read_text().splitlines()]
+    helpers = [r for r in rows if int(r[0]) not in (os.getpid(), worker.proc.pid)]
+    loads = [r for r in rows if int(r[0]) == worker.proc.pid]
+    configs = [f"config{i}" for i in range(8)]
+    # every choice compiled first in a compile process (their main threads), then in the worker
+    assert sorted(r[3] for r in helpers) == configs and all(r[2] == "MainThread" for r in helpers)
+    assert 1 <= len({r[0] for r in helpers}) <= 3
+    assert sorted(r[3] for r in loads) == configs and all(r[2] != "MainThread" for r in loads)
+    for config in configs:
+        assert rows.index(next(r for r in helpers if r[3] == config)) < rows.index(
+            next(r for r in loads if r[3] == config)
+        )
+    # the compile processes outlive a Problem, and die with their worker even when it is killed
+    log.write_text("")
+    tunesmith.tune("mm", rand(17, 16), rand(16, 16), options=options)
+    again = {r[0] for r in (line.split() for line in log.read_text().splitlines())} - {str(worker.proc.pid)}
+    assert again - {str(os.getpid())} <= {r[0] for r in helpers}
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while not all(_gone(int(pid)) for pid in {r[0] for r in helpers}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(int(pid)) for pid in {r[0] for r in helpers})
 
 
 def test_verify_rejects_a_wrong_kernel_that_is_fastest(install):

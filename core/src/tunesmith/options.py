@@ -138,6 +138,12 @@ class Options:
     )
     devices: tuple[str, ...] | None = _field(None, parse_names, "devices to benchmark on; none = all visible")
     compile_threads: int = _field(min(8, os.cpu_count() or 1), parse_int(1), "parallel precompile() calls")
+    compile_in: str = _field(
+        "auto",
+        parse_one_of("auto", "processes", "threads"),
+        "where a benchmark worker runs precompile(): first in compile processes, which fill the backends' "
+        "disk caches, then on its threads, which load; or on its threads alone; auto = processes on a GPU",
+    )
     caches: tuple[str, ...] | None = _field(
         None, parse_names, "ordered persistent cache layers; none = 'local' and every plugin layer"
     )

@@ -6,7 +6,8 @@ lines on stdin, answering on the stdout it had at start (anything else printed g
 - ``{"job": j, "kind": "setup", "problem", "specs", "options"}``: make random inputs of the
   Problem's layout and rebuild every spec into a choice (choices never cross the process boundary);
 - ``{"job": j, "kind": "precompile", "index": i, "budget_left_s"}``: precompile choice ``i`` on one
-  of ``compile_threads`` threads;
+  of ``compile_threads`` threads (with ``compile_in`` processes, first in a compile process, see
+  :mod:`tunesmith.bench.compile_pool`, then here, where it loads what that one compiled);
 - ``{"job": j, "kind": "time", "index": i, "give_up_ms"}``: check and time choice ``i``.
 
 Each job answers ``{"job": j, "started": true}`` when it starts and ``{"job": j, "result": {...}}``
@@ -25,13 +26,15 @@ import threading
 import time
 from typing import IO, Any
 
+from tunesmith.bench.compile_pool import LOST, CompilePool
+
 FATAL_EXIT = 70
 
 
 class Server:
     """The state of one worker: the current Problem's inputs and choices, and the reply channel."""
 
-    def __init__(self, device: str, replies: IO[str]) -> None:
+    def __init__(self, device: str, replies: IO[str], plugins: list[str]) -> None:
         import torch
 
         self.device = torch.device(device)
@@ -39,6 +42,8 @@ class Server:
         self.lock = threading.Lock()
         self.session: dict[str, Any] | None = None
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.plugins = plugins  # the compile processes load these too
+        self.compilers: CompilePool | None = None
 
     def reply(self, record: dict[str, Any]) -> None:
         with self.lock:
@@ -56,6 +61,8 @@ class Server:
                 self.run(job)
         if self.pool is not None:
             self.pool.shutdown(wait=True)
+        if self.compilers is not None:
+            self.compilers.close()
 
     def run(self, job: dict[str, Any]) -> None:
         from tunesmith.plugins import describe_error
@@ -107,9 +114,21 @@ class Server:
             "choices": choices,
             "precompiled": set(),
         }
+        self.session["raw"] = (job["problem"], job["specs"], job["options"], job.get("fp32_precision", "highest"))
         self.pool = concurrent.futures.ThreadPoolExecutor(options.compile_threads, "tunesmith-compile")
+        self._compile_processes(options)
         missing = {i: f"the worker process cannot rebuild {specs[i]}" for i, c in enumerate(choices) if c is None}
         return {"missing": missing}
+
+    def _compile_processes(self, options: Any) -> None:
+        """Start, keep or stop the compile processes, as ``compile_in`` and ``compile_threads`` say."""
+        wanted = options.compile_in == "processes" or (options.compile_in == "auto" and self.device.type == "cuda")
+        current = self.compilers
+        if current is not None and (not wanted or current.broken or current.size != options.compile_threads):
+            current.close()
+            self.compilers = current = None
+        if wanted and current is None:
+            self.compilers = CompilePool(options.compile_threads, self.plugins, str(self.device))
 
     def _choice(self, index: int) -> Any:
         assert self.session is not None, "a job before setup"
@@ -125,7 +144,13 @@ class Server:
         left = job.get("budget_left_s")
         if left is not None and time.monotonic() - job["_received"] > left:
             return {"error": BUDGET_EXHAUSTED, "skipped": True}
-        error = precompile_one(self._choice(job["index"]))
+        choice = self._choice(job["index"])
+        if self.compilers is not None:
+            problem, specs, options, fp32 = self.session["raw"]  # type: ignore[index]
+            away = self.compilers.precompile(problem, specs[job["index"]], options, fp32)
+            if away is not LOST and away is not None:
+                return {"error": away}
+        error = precompile_one(choice)  # after a compile process, this loads what it compiled
         synchronize(self.device)  # a kernel launched while compiling fails here, not later
         if error is None:
             self.session["precompiled"].add(job["index"])  # type: ignore[index]
@@ -155,7 +180,7 @@ def main(argv: list[str]) -> int:
     from tunesmith.plugins import reload_plugins
 
     reload_plugins(only=names)
-    Server(device, replies).serve(sys.stdin)
+    Server(device, replies, names).serve(sys.stdin)
     return 0
 
 
