@@ -36,7 +36,7 @@ VARIANTS = {"tunesmith": BACKENDS, "tunesmith_cutlass": [*BACKENDS, "cutlass"]}
 #: float32 matmuls may use TF32 (the set's float32 case is named for it), on every path
 PRECISION = "high"
 DEVICE = os.environ.get("GEMM_BENCH_DEVICE", "cuda")
-ROUNDS = 9
+ROUNDS = 25
 
 
 def _fresh_caches() -> Path:
