@@ -113,8 +113,9 @@ class Server:
             "inputs": [tensor_like(meta, self.device) for meta in problem.inputs],
             "choices": choices,
             "precompiled": set(),
+            # what a compile process rebuilds the choices from
+            "raw": (job["problem"], job["specs"], job["options"], job.get("fp32_precision", "highest")),
         }
-        self.session["raw"] = (job["problem"], job["specs"], job["options"], job.get("fp32_precision", "highest"))
         self.pool = concurrent.futures.ThreadPoolExecutor(options.compile_threads, "tunesmith-compile")
         self._compile_processes(options)
         missing = {i: f"the worker process cannot rebuild {specs[i]}" for i, c in enumerate(choices) if c is None}
