@@ -287,7 +287,8 @@ def test_sm80_source_uses_gemm_universal_with_the_2x_visitor_tree():
     a, b = meta((3, 64, 32), "float32"), meta((3, 32, 48), "float32")
     batched = describe(Problem("bmm", (a, b), meta((3, 64, 48), "float32")), tf32=True)
     source = render_source(attrs.evolve(SM80_SMALL, tile_k=16), batched.kind)
-    assert "GemmUniversalMode::kBatched" in source and "using ElementA = cutlass::tfloat32_t;" in source
+    # float32 stays float in sm80 source, so that the warp MMA rounds it to TF32 (not the truncating tensor cores)
+    assert "GemmUniversalMode::kBatched" in source and "using ElementA = float;" in source
     assert "cutlass::gemm::GemmShape<16, 8, 8>" in source  # the TF32 mma.sync
 
 
