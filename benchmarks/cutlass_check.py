@@ -118,7 +118,7 @@ def prebuild(dtypes: list[str], instances: int) -> dict[str, Any]:
 
 def conformance(dtypes: list[str], instances: int, timeout_s: float) -> dict[str, Any]:
     """The suite on these dtypes (mm, addmm and bmm: the ops served), its counts and its tail."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--pyargs", "tunesmith.conformance"]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", "--pyargs", "tunesmith.conformance"]
     argv += ["--tunesmith-plugin", "cutlass"]
     if set(dtypes) != {"bfloat16", "float16", "float32"}:  # "float16" is also part of "bfloat16"
         words = {"bfloat16": "bfloat16", "float16": "(float16 and not bfloat16)", "float32": "float32"}
@@ -135,7 +135,8 @@ def conformance(dtypes: list[str], instances: int, timeout_s: float) -> dict[str
     counts = {w: int(n) for n, w in re.findall(r"(\d+) (passed|failed|skipped|error)", lines[-1] if lines else "")}
     print("\n".join(lines[-40:]), flush=True)
     # the failures' own messages (the skips' reasons alone can fill the tail)
-    failures = [line for line in lines if "RuntimeError" in line or "relative error" in line or "Error:" in line]
+    # (pytest's "E" lines of each failure, and the FAILED and ERROR lines of its short summary)
+    failures = [line for line in lines if line.startswith(("E ", "FAILED ", "ERROR "))]
     return {
         "returncode": code,
         "counts": counts,
