@@ -13,7 +13,8 @@ Per case:
   Triton caches: exhaustive (``prune`` off) and pruned (``prune=N``). The fresh process first
   pays what any process pays once (``gemm.warm_process``: the benchmark worker's start with its
   compile processes, Triton's first use in each process, on a small problem of another shape), so
-  the times compare tuning work. The exhaustive run also records every choice's tuning time with its estimate.
+  the times compare tuning work. The exhaustive run also records every choice's tuning time with
+  its estimate.
 - Both chosen kernels timed again here, in interleaved rounds (the median of do_bench medians):
   ``pruned_ms / exhaustive_ms``.
 """
