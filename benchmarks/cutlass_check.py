@@ -118,8 +118,8 @@ def prebuild(dtypes: list[str], instances: int) -> dict[str, Any]:
 
 def conformance(dtypes: list[str], instances: int, timeout_s: float) -> dict[str, Any]:
     """The suite on these dtypes (mm, addmm and bmm: the ops served), its counts and its tail."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs", "--pyargs", "tunesmith.conformance"]
-    argv += ["--tunesmith-plugin", "cutlass"]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs"]
+    argv += ["--pyargs", "tunesmith.conformance", "--tunesmith-plugin", "cutlass"]
     if set(dtypes) != {"bfloat16", "float16", "float32"}:  # "float16" is also part of "bfloat16"
         words = {"bfloat16": "bfloat16", "float16": "(float16 and not bfloat16)", "float32": "float32"}
         argv += ["-k", " or ".join(words[d] for d in dtypes)]
