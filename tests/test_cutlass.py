@@ -84,6 +84,8 @@ def test_problems_that_are_not_one_cutlass_gemm_are_refused_with_a_reason():
     a, b = meta((64, 32), "float16"), meta((32, 48), "float16")
     with pytest.raises(Unsupported, match="neither a row vector, a column vector nor a row-major matrix"):
         describe(Problem("addmm", (scalar, a, b), meta((64, 48), "float16"), (), {"alpha": 1.0, "beta": 1.0}), False)
+    with pytest.raises(Unsupported, match="K is 0"):  # the sm90 mainloop would wait forever for a K tile
+        describe(mm(64, 48, 0, "float16"), tf32=False)
     with pytest.raises(Unsupported, match="op mm_plus_mm is not served"):
         describe(Problem("mm_plus_mm", (a, b, a, b), meta((64, 48), "float16")), tf32=False)
     with pytest.raises(Unsupported, match="D here is float16, bfloat16 or float32"):
@@ -368,6 +370,11 @@ def test_libraries_are_cached_by_source_compiler_and_flags(tmp_path):
     first.chmod(0o666)  # writable by others: anyone could have planted it, so it is built again
     assert build("// one", nvcc, gencode, "/inc", "v1", root, 60) == first
     assert len(log.read_text().splitlines()) == 2 and not first.stat().st_mode & stat.S_IWOTH
+    other = build("// other", nvcc, gencode, "/inc", "v1", root, 60)
+    first.unlink()
+    first.symlink_to(other)  # a link to a library of another key is not that key's library
+    assert build("// one", nvcc, gencode, "/inc", "v1", root, 60) == first
+    assert len(log.read_text().splitlines()) == 4 and not first.is_symlink()
     assert build_key("// one", nvcc, SM80.gencode("sm80"), "/inc", "v1") != first.stem  # other flags
     assert build_key("// one", nvcc, gencode, "/inc", "v2") != first.stem  # other headers
     (tmp_path / "newer").mkdir()
@@ -375,7 +382,7 @@ def test_libraries_are_cached_by_source_compiler_and_flags(tmp_path):
     assert build_key("// one", newer, gencode, "/inc", "v1") != first.stem  # another nvcc version
     with pytest.raises(BuildError, match="no instance of CollectiveBuilder matches"):
         build("// FAIL", nvcc, gencode, "/inc", "v1", root, 60)
-    assert sorted(p.suffix for p in root.iterdir()) == [".cu", ".so"]  # nothing half-built
+    assert sorted(p.suffix for p in root.iterdir()) == [".cu", ".cu", ".so", ".so"]  # nothing half-built
     with pytest.raises(BuildError, match="nvcc could not start"):
         build("// two", str(tmp_path / "missing-nvcc"), gencode, "/inc", "v1", root, 60)
 
@@ -388,6 +395,35 @@ def test_a_compile_past_the_timeout_is_killed(tmp_path):
     with pytest.raises(BuildError, match=r"nvcc ran past 0.5 s building"):
         build("// slow", str(slow), SM90.gencode("sm90"), "/inc", "v1", tmp_path / "cutlass", 0.5)
     assert time.monotonic() - start < 10
+
+
+def test_waiting_for_another_process_s_build_of_the_key_ends_at_the_timeout(tmp_path):
+    nvcc, log = _fake_nvcc(tmp_path)
+    root, gencode = tmp_path / "cutlass", SM90.gencode("sm90")
+    key = build_key("// held", nvcc, gencode, "/inc", "v1")
+    locks = tmp_path / ".cutlass-locks"
+    locks.mkdir()
+    holder = subprocess.Popen(  # another process holds the key's lock and never lets go
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            str(locks / f"{key}.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        with pytest.raises(BuildError, match=r"another process's build of .* held it for 1 s"):
+            build("// held", nvcc, gencode, "/inc", "v1", root, 1.0)
+        assert 0.9 < time.monotonic() - start < 10 and not log.exists()  # waited, compiled nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    assert build("// held", nvcc, gencode, "/inc", "v1", root, 1.0).is_file()  # the lock is free again
 
 
 def test_a_choice_that_cannot_run_here_says_why_when_asked_to(tmp_path):

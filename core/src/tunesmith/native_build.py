@@ -24,6 +24,7 @@ import stat
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
@@ -74,10 +75,12 @@ def compiler_version(compiler: str) -> str:
 
 
 def trusted(path: Path) -> bool:
-    """Whether a cached library may be loaded: owned by this user and writable by nobody else, so
-    that another user of a shared cache_dir cannot plant one."""
-    info = path.stat()
-    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    """Whether a cached library may be loaded: a regular file (not a link, which could point at a
+    library built for another key) owned by this user and writable by nobody else, so that another
+    user of a shared cache_dir cannot plant one."""
+    info = path.lstat()
+    ours = info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return stat.S_ISREG(info.st_mode) and ours
 
 
 _thread_locks: dict[str, threading.Lock] = {}
@@ -85,23 +88,39 @@ _thread_locks_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def _turn(root: Path, key: str) -> Iterator[None]:
+def _turn(root: Path, key: str, timeout_s: float, tool: str) -> Iterator[None]:
     """Hold the build of ``key``: a lock per key among this process's threads, and a lock file
-    (beside ``root``, so that ``root`` holds only sources and libraries) among processes."""
+    (beside ``root``, so that ``root`` holds only sources and libraries) among processes. Waiting
+    for another build of the key (a stopped or hung process may hold it) ends after ``timeout_s``
+    with a :class:`BuildError`."""
     with _thread_locks_guard:
         lock = _thread_locks.setdefault(key, threading.Lock())
-    with lock:
+    deadline = time.monotonic() + timeout_s
+    if not lock.acquire(timeout=timeout_s):
+        raise BuildError(f"{tool}: another thread's build of {key[:12]} held it for {timeout_s:.0f} s")
+    try:
         if fcntl is None:
             yield
             return
         folder = root.with_name(f".{root.name}-locks")
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{key}.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise BuildError(
+                            f"{tool}: another process's build of {key[:12]} held it for {timeout_s:.0f} s"
+                        ) from None
+                    time.sleep(0.1)
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        lock.release()
 
 
 def _cached(library: Path, what: str) -> bool:
@@ -110,7 +129,9 @@ def _cached(library: Path, what: str) -> bool:
     if trusted(library):
         log.debug("%s: library %s found in the cache", what, library.name)
         return True
-    log.warning("%s: %s is not ours alone (owner or write permission): building it again", what, library)
+    log.warning(
+        "%s: %s is not ours alone (a link, another owner, or writable by others): building it again", what, library
+    )
     return False
 
 
@@ -152,7 +173,7 @@ def build(
     if _cached(library, what):
         return library
     root.mkdir(parents=True, exist_ok=True)
-    with _turn(root, key):
+    with _turn(root, key, timeout_s, tool):
         if _cached(library, what):  # built by another thread or process while this one waited
             return library
         with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as folder:

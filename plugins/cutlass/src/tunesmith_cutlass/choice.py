@@ -154,12 +154,14 @@ class _Launch:
                 raise RuntimeError("CUTLASS could not size the workspace")
             self.workspace = size
         workspace = torch.empty(self.workspace, dtype=torch.uint8, device=a.device) if self.workspace else None
-        code = self.library.run(
-            *args,
-            workspace.data_ptr() if workspace is not None else None,
-            self.workspace,
-            torch.cuda.current_stream(a.device).cuda_stream,
-        )
+        # the library launches on the current device: make it the tensors' one
+        with torch.cuda.device(a.device):
+            code = self.library.run(
+                *args,
+                workspace.data_ptr() if workspace is not None else None,
+                self.workspace,
+                torch.cuda.current_stream(a.device).cuda_stream,
+            )
         if code:
             raise RuntimeError(f"CUTLASS instance failed: {RETURN_CODES.get(code, f'return code {code}')}")
         return d

@@ -236,6 +236,8 @@ def describe(problem: Problem, tf32: bool) -> Gemm:
         raise Unsupported(f"the output is {out.dtype}; D here is float16, bfloat16 or float32")
     if out != TensorMeta.contiguous(out.shape, out.dtype, out.device):
         raise Unsupported(f"the output layout {out.stride} is not contiguous")
+    if k == 0:  # the mainloop waits for a first K tile that never comes: the kernel would hang
+        raise Unsupported("K is 0: the product is all zeros, and the sm90 mainloop needs a K tile")
     for what, value in (("M", m), ("N", n), ("K", k), ("the batch", batch)):
         if value > INT_MAX:
             raise Unsupported(f"{what} {value} exceeds CUTLASS's 32-bit problem sizes")

@@ -4,7 +4,8 @@ command that builds it.
 The library exports (all ``extern "C"``, no torch headers):
 
 - ``const char* tunesmith_cutlass_instance()``: the instance's name, checked on load;
-- ``int tunesmith_cutlass_can_implement(ARGS)``: 0 when CUTLASS accepts the arguments, 1 when not;
+- ``int tunesmith_cutlass_can_implement(ARGS)``: 0 when CUTLASS accepts the arguments, 1 when not,
+  4 on an exception;
 - ``int64_t tunesmith_cutlass_workspace_size(ARGS)``: the bytes of workspace the launch needs;
 - ``int tunesmith_cutlass_run(ARGS, void* workspace, int64_t workspace_bytes, void* stream)``:
   0 when launched, 1 refused (``can_implement``), 2 ``initialize`` failed, 3 the launch failed,
