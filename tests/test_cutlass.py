@@ -382,6 +382,10 @@ def test_libraries_are_cached_by_source_compiler_and_flags(tmp_path):
     assert build_key("// one", newer, gencode, "/inc", "v1") != first.stem  # another nvcc version
     with pytest.raises(BuildError, match="no instance of CollectiveBuilder matches"):
         build("// FAIL", nvcc, gencode, "/inc", "v1", root, 60)
+    compiles = len(log.read_text().splitlines())
+    with pytest.raises(BuildError, match=r"(?s)no instance of CollectiveBuilder.*not compiled again"):
+        build("// FAIL", nvcc, gencode, "/inc", "v1", root, 60)  # a failure repeats: nvcc is not run again
+    assert len(log.read_text().splitlines()) == compiles
     assert sorted(p.suffix for p in root.iterdir()) == [".cu", ".cu", ".so", ".so"]  # nothing half-built
     with pytest.raises(BuildError, match="nvcc could not start"):
         build("// two", str(tmp_path / "missing-nvcc"), gencode, "/inc", "v1", root, 60)

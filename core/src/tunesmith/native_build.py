@@ -83,6 +83,9 @@ def trusted(path: Path) -> bool:
     return stat.S_ISREG(info.st_mode) and ours
 
 
+#: keys whose compile failed in this process, with the error: not compiled again (a failure of
+#: the same source, compiler and flags repeats; a timeout is not remembered)
+_failed: dict[str, str] = {}
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
 
@@ -172,6 +175,8 @@ def build(
     library = root / f"{key}.so"
     if _cached(library, what):
         return library
+    if key in _failed:
+        raise BuildError(f"{_failed[key]}\n(failed before in this process: not compiled again)")
     root.mkdir(parents=True, exist_ok=True)
     with _turn(root, key, timeout_s, tool):
         if _cached(library, what):  # built by another thread or process while this one waited
@@ -183,7 +188,8 @@ def build(
             proc = _run(command(str(src), str(out)), timeout_s, tool, key)
             if proc.returncode != 0 or not out.is_file():
                 tail = ((proc.stderr or "") + (proc.stdout or ""))[-STDERR_TAIL:]
-                raise BuildError(f"{tool} failed (exit {proc.returncode}) building {key[:12]}:\n{tail}")
+                _failed[key] = f"{tool} failed (exit {proc.returncode}) building {key[:12]}:\n{tail}"
+                raise BuildError(_failed[key])
             out.chmod(out.stat().st_mode & ~(stat.S_IWGRP | stat.S_IWOTH))
             os.replace(src, root / f"{key}{suffix}")
             os.replace(out, library)  # atomic: a concurrent build of the same key writes the same file
