@@ -16,6 +16,7 @@ nvcc), which supply the source, the key's parts and the compiler's command line:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import logging
 import os
@@ -193,4 +194,15 @@ def build(
             out.chmod(out.stat().st_mode & ~(stat.S_IWGRP | stat.S_IWOTH))
             os.replace(src, root / f"{key}{suffix}")
             os.replace(out, library)  # atomic: a concurrent build of the same key writes the same file
+    return library
+
+
+def load(path: Path, name_entry: str, instance: str) -> ctypes.CDLL:
+    """The library at ``path``, checked to hold ``instance``: what its ``const char* name_entry()``
+    answers (a library of another instance under this key is refused, not called)."""
+    library = ctypes.CDLL(str(path))
+    entry = getattr(library, name_entry)
+    entry.restype = ctypes.c_char_p
+    if entry().decode() != instance:
+        raise RuntimeError(f"{path} holds instance {entry().decode()}, not {instance}")
     return library

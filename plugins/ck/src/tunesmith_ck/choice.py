@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import torch
 
+from tunesmith import native_build
 from tunesmith_ck.build import build
 from tunesmith_ck.environment import Environment
 from tunesmith_ck.gemm import ELEMENT_BYTES, Gemm
@@ -52,11 +53,7 @@ class CKChoice:
             raise RuntimeError(f"{self.spec} cannot be built here: {self.env.reason}")
         assert self.env.hipcc and self.env.arch and self.env.ck_include  # runnable means all were found
         path = build(self.source(), self.env.hipcc, self.env.arch, self.env.ck_include, self.cache_root)
-        library = ctypes.CDLL(str(path))
-        name = getattr(library, NAME_ENTRY)
-        name.restype = ctypes.c_char_p
-        if name().decode() != self.instance.name:
-            raise RuntimeError(f"{path} holds instance {name().decode()}, not {self.instance.name}")
+        library = native_build.load(path, NAME_ENTRY, self.instance.name)
         entry = getattr(library, ENTRY)
         entry.argtypes, entry.restype = _ARGTYPES, ctypes.c_int
         self._entry = entry

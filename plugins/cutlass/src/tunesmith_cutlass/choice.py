@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import torch
 
+from tunesmith import native_build
 from tunesmith_cutlass.build import build
 from tunesmith_cutlass.environment import Environment
 from tunesmith_cutlass.gemm import ELEMENT_BYTES, Gemm
@@ -49,11 +50,7 @@ def load(path: Path, name: str) -> Library:
     with _loaded_lock:
         if path in _loaded:
             return _loaded[path]
-        library = ctypes.CDLL(str(path))
-        entry = getattr(library, NAME_ENTRY)
-        entry.restype = ctypes.c_char_p
-        if entry().decode() != name:
-            raise RuntimeError(f"{path} holds instance {entry().decode()}, not {name}")
+        library = native_build.load(path, NAME_ENTRY, name)
         functions = []
         for symbol, extra, result in (
             (CAN_IMPLEMENT, [], ctypes.c_int),
