@@ -178,7 +178,7 @@ def test_sm90_shared_memory_leaves_room_for_the_stages():
     assert sm90_stages(Instance("sm90", 128, 256, 64, "cooperative"), plain.kind, SM90) == 4
 
 
-def test_tf32_is_offered_only_where_torch_allows_it_and_only_k_major_on_sm90(tmp_path):
+def test_tf32_is_offered_only_where_torch_allows_it_and_sm90_reads_k_major_copies(tmp_path):
     problem = mm(256, 512, 384, "float32", b_stride=(1, 384))
     try:
         torch.set_float32_matmul_precision("highest")
@@ -186,10 +186,41 @@ def test_tf32_is_offered_only_where_torch_allows_it_and_only_k_major_on_sm90(tmp
         torch.set_float32_matmul_precision("high")
         offered = choices_for(problem, fake_env(), tmp_path, 4, 60)
         assert offered and {c.instance.family for c in offered} == {"sm90"}
-        row_b = choices_for(mm(256, 512, 384, "float32"), fake_env(), tmp_path, 4, 60)
-        assert row_b and {c.instance.family for c in row_b} == {"sm80"}  # TF32 wgmma: K-major only
+        assert not any(c.gemm.b.copied for c in offered)  # B is K-major already
+        row_b = choices_for(mm(256, 512, 384, "float32"), fake_env(), tmp_path, 12, 60)
+        sm90 = [c for c in row_b if c.instance.family == "sm90"]
+        sm80 = [c for c in row_b if c.instance.family == "sm80"]
+        assert sm90 and sm80
+        # TF32 wgmma reads K-major tiles only: sm90 reads a column-major copy of B, sm80 B itself
+        assert all(c.gemm.b.copied and c.gemm.b.k_major and c.gemm.b.ld == 384 for c in sm90)
+        assert all(c.gemm.kind == offered[0].gemm.kind for c in sm90)  # the library of K-major B serves it
+        assert not any(c.gemm.b.copied for c in sm80)
+        spec = sm90[0].spec
+        again = rebuild_for(spec, mm(256, 512, 384, "float32"), fake_env(), tmp_path, 60)
+        assert again is not None and again.gemm == sm90[0].gemm
     finally:
         torch.set_float32_matmul_precision("highest")
+
+
+def test_k_major_copies_hold_the_operands_as_the_kernel_reads_them():
+    """The copies a launch makes: dense, K-major, with the leading dimension and batch stride the
+    library is given (checked on CPU tensors: the copy is torch's)."""
+    from tunesmith_cutlass.choice import _Launch
+    from tunesmith_cutlass.gemm import with_k_major_operands
+
+    a, b = torch.randn(3, 40, 24).transpose(1, 2), torch.randn(3, 40, 56)  # A column-major, B row-major
+    problem = Problem("bmm", (meta((3, 24, 40), "float32", (960, 1, 24)), meta((3, 40, 56), "float32")),
+                      meta((3, 24, 56), "float32"))  # fmt: skip
+    gemm = with_k_major_operands(describe(problem, tf32=True))
+    assert gemm.a.copied and gemm.b.copied
+    assert (gemm.kind.a_layout, gemm.kind.b_layout) == ("row", "col")
+    launch = _Launch(library=None, problem=problem, gemm=gemm)  # type: ignore[arg-type]
+    ka, kb = launch.matrices((a, b))
+    for copy, matrix, value in ((ka, gemm.a, a), (kb, gemm.b, b)):
+        assert torch.equal(copy, value)
+        row, col = copy.stride()[1:]
+        assert (row, col) == ((matrix.ld, 1) if matrix.layout == "row" else (1, matrix.ld))
+        assert copy.stride(0) == matrix.batch_stride
 
 
 def test_enumeration_per_gpu_and_alignment():

@@ -104,7 +104,8 @@ for make, ops in ((aligned, ("mm", "addmm")), (decode, ("mm", "addmm")), (batche
 def kind(spec):
     params = dict(spec.params)
     split = "-split" if params.get("split_k", 1) > 1 else ""
-    return spec.template + split + ("-persistent" if params.get("persistent") else "")
+    return (spec.template + split + ("-persistent" if params.get("persistent") else "")
+            + ("-subtile" if params.get("subtile", 1) > 1 else "") + ("-ws" if params.get("warp_specialize") else ""))
 
 rows = []
 for make, op, dtype, layout, chain in [(tensors, *c) for c in cases] + extra:
@@ -151,11 +152,15 @@ def test_tma_persistent_and_split_k_kernels_are_offered_where_they_fit(interpret
     # rows 70 x 40 x 24: TMA reads B row-major or column-major; 3 tiles of 32 rows outnumber the
     # interpreter's 2 programs, so the persistent loop is offered too
     for dtype in ("float32", "float16"):
-        assert {"gemm", "gemm_tma", "gemm_tma-persistent"} <= kinds[f"aligned:addmm-{dtype}-contiguous-relu"]
-        assert "gemm_tma" in kinds[f"aligned:mm-{dtype}-transposed-"]
+        # (the epilogue in two column slices, and a warp-specialised producer, Hopper's variants)
+        want = {"gemm", "gemm_tma-subtile", "gemm_tma-persistent-ws"}
+        assert want <= kinds[f"aligned:addmm-{dtype}-contiguous-relu"]
+        assert "gemm_tma-subtile" in kinds[f"aligned:mm-{dtype}-transposed-"]
         # batches: 3-D descriptors; 3 x 3 tiles outnumber the programs
-        assert {"gemm_tma", "gemm_tma-persistent"} <= kinds[f"batched_aligned:baddbmm-{dtype}-transposed-relu"]
-        assert "gemm_tma" in kinds[f"batched_aligned:bmm-{dtype}-contiguous-"]
+        assert {"gemm_tma-subtile", "gemm_tma-persistent-ws"} <= kinds[
+            f"batched_aligned:baddbmm-{dtype}-transposed-relu"
+        ]
+        assert "gemm_tma-subtile" in kinds[f"batched_aligned:bmm-{dtype}-contiguous-"]
     # a 5 x 19 output with K = 100: one tile, so K is split
     decode = [r for r in interpreted["rows"] if r["case"].startswith("decode:mm-") and "gemm-split" in r["kinds"]]
     assert len(decode) == 4, kinds
@@ -250,6 +255,12 @@ def test_specs_that_name_no_kernel_are_refused():
     mm, _ = build_problem("mm", [torch.randn(8, 8), torch.randn(8, 8)], {})
     with pytest.raises(ValueError, match="persistent"):
         TritonChoice(ChoiceSpec("triton", "gemm", {**tile, "persistent": True}), mm, "ieee")
+    with pytest.raises(ValueError, match="subtile"):
+        TritonChoice(ChoiceSpec("triton", "gemm", {**tile, "subtile": 2}), mm, "ieee")
+    with pytest.raises(ValueError, match="subtile"):
+        TritonChoice(ChoiceSpec("triton", "gemm_tma", {**tile, "subtile": 4}), mm, "ieee")  # 8-column slices
+    with pytest.raises(ValueError, match="warp_specialize"):
+        TritonChoice(ChoiceSpec("triton", "gemm_tma", {**tile, "warp_specialize": True}), mm, "ieee")
 
 
 def test_deterministic_mode_offers_no_split_k_and_keys_apart():

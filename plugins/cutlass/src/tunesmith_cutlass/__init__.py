@@ -25,7 +25,7 @@ from tunesmith_cutlass.choice import CutlassChoice
 from tunesmith_cutlass.cost import estimate_ms, rank
 from tunesmith_cutlass.environment import Environment, probe
 from tunesmith_cutlass.gemm import DTYPES, OPS, Unsupported, describe
-from tunesmith_cutlass.instances import Instance, enumerate_instances, validate
+from tunesmith_cutlass.instances import Instance, enumerate_instances, for_family, validate
 from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, PluginStatus, Problem, hookimpl
 
 __all__ = [
@@ -98,7 +98,13 @@ def choices_for(problem: Problem, env: Environment, root: Path, limit: int, time
     best = rank(valid, gemm, env.arch, env.multiprocessors or DEFAULT_SMS)[:limit]
     return [
         CutlassChoice(
-            ChoiceSpec(NAME, TEMPLATES[inst.family], inst.params()), problem, gemm, inst, env, root, timeout_s
+            ChoiceSpec(NAME, TEMPLATES[inst.family], inst.params()),
+            problem,
+            for_family(gemm, inst.family),
+            inst,
+            env,
+            root,
+            timeout_s,
         )
         for inst in best
     ]
@@ -128,7 +134,7 @@ def rebuild_for(
         return None
     if TEMPLATES.get(inst.family) != spec.template or validate(inst, gemm, env.arch):
         return None
-    return CutlassChoice(spec, problem, gemm, inst, env, root, timeout_s)
+    return CutlassChoice(spec, problem, for_family(gemm, inst.family), inst, env, root, timeout_s)
 
 
 @hookimpl

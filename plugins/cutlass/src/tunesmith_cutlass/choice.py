@@ -115,19 +115,28 @@ class _Launch:
         self.strides = (ctypes.c_int64 * len(strides))(*strides)
         self.scalars = (ctypes.c_float * len(g.scalars))(*g.scalars)
         self.out_dtype = getattr(torch, problem.output.dtype)
-        #: (input index, byte alignment) of every tensor read with vector loads
+        #: (input index, byte alignment) of every tensor read with vector loads (copies are aligned)
+        matrices = zip(self.operands, (g.a, g.b), strict=True)
         self.alignment = [
-            (self.operands[0], g.a.alignment * ELEMENT_BYTES[g.a.dtype]),
-            (self.operands[1], g.b.alignment * ELEMENT_BYTES[g.b.dtype]),
+            *((i, m.alignment * ELEMENT_BYTES[m.dtype]) for i, m in matrices if not m.copied),
             *((o.index, o.alignment * ELEMENT_BYTES[o.dtype]) for o in g.operands),
         ]
         self.workspace: int | None = None
+
+    def matrices(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A and B as the instance reads them: the inputs, or their K-major copies (``copied``)."""
+        a, b = (tensors[i] for i in self.operands)
+        if self.gemm.a.copied:
+            a = a.contiguous()
+        if self.gemm.b.copied:
+            b = b.transpose(-1, -2).contiguous().transpose(-1, -2)
+        return a, b
 
     def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
         for index, align in self.alignment:
             if tensors[index].data_ptr() % align:
                 raise ValueError(f"input {index} is not {align}-byte aligned, as this instance's vector loads need")
-        a, b = (tensors[i] for i in self.operands)
+        a, b = self.matrices(tensors)
         g = self.gemm
         d = torch.empty(self.problem.output.shape, dtype=self.out_dtype, device=a.device)
         if not d.numel():  # nothing to compute, and a launch of no blocks is an error

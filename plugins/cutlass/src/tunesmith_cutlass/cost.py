@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tunesmith.cost.roofline import math_dtype, peak_flops, problem_bytes
 from tunesmith_cutlass.arch import Arch
-from tunesmith_cutlass.gemm import Gemm
+from tunesmith_cutlass.gemm import ELEMENT_BYTES, Gemm
 from tunesmith_cutlass.instances import Instance, stage_bytes
 from tunesmith_hookspecs import DeviceInfo, Problem
 
@@ -59,12 +59,20 @@ def main_loop_flops(inst: Instance, gemm: Gemm, arch: Arch, sms: int) -> float:
     return count * resident * 2 * inst.tile_m * inst.tile_n * k / (efficiency(inst, arch) * gain)
 
 
+def copy_bytes(gemm: Gemm) -> int:
+    """Bytes the K-major copies of A and B move (read and written), where the instance reads copies."""
+    size = ELEMENT_BYTES[gemm.kind.dtype]
+    return sum(2 * gemm.batch * m.rows * m.cols * size for m in (gemm.a, gemm.b) if m.copied)
+
+
 def estimate_ms(inst: Instance, gemm: Gemm, problem: Problem, arch: Arch, device: DeviceInfo, sms: int) -> float:
     """Milliseconds for one instance: the main loops or every byte once from memory, whichever is
-    slower, plus a fixed cost per wave and per launch."""
+    slower, plus a fixed cost per wave and per launch, after the operand copies it makes (``gemm``
+    as :func:`~tunesmith_cutlass.instances.for_family` has it)."""
     main = main_loop_flops(inst, gemm, arch, sms) / (peak_flops(device, math_dtype(problem)) / sms)
     memory = problem_bytes(problem) / device.memory_bandwidth
-    return (max(main, memory) + waves(inst, gemm, arch, sms)[0] * WAVE_S + LAUNCH_S) * 1e3
+    copies = copy_bytes(gemm) / device.memory_bandwidth + (LAUNCH_S if copy_bytes(gemm) else 0.0)
+    return (max(main, memory) + copies + waves(inst, gemm, arch, sms)[0] * WAVE_S + LAUNCH_S) * 1e3
 
 
 def rank(instances: list[Instance], gemm: Gemm, arch: Arch, sms: int) -> list[Instance]:

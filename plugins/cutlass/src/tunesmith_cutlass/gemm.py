@@ -45,7 +45,8 @@ class Unsupported(ValueError):
 @attrs.frozen
 class Matrix:
     """A or B: ``row`` (its second dim has unit stride) or ``col`` (its first has), its leading
-    dimension, batch stride and element offset, and the widest vector (elements) its layout allows."""
+    dimension, batch stride and element offset, and the widest vector (elements) its layout allows;
+    ``copied``: read from a K-major copy that each call makes (:func:`with_k_major_operands`)."""
 
     name: str
     rows: int
@@ -56,6 +57,7 @@ class Matrix:
     offset: int
     dtype: str
     alignment: int
+    copied: bool = False
 
     @property
     def k_major(self) -> bool:
@@ -269,3 +271,24 @@ def describe(problem: Problem, tf32: bool) -> Gemm:
         scalars=len(scalars),
     )
     return Gemm(problem.op, batch, m, n, k, a, b, operands, tuple(scalars), kind)
+
+
+def _k_major_copy(matrix: Matrix, batch: int) -> Matrix:
+    """``matrix`` as its dense K-major copy: A row-major, B column-major, leading dimension K."""
+    if matrix.k_major:
+        return matrix
+    k, other = (matrix.cols, matrix.rows) if matrix.name == "A" else (matrix.rows, matrix.cols)
+    layout = "row" if matrix.name == "A" else "col"
+    batch_stride = k * other if batch > 1 else 0
+    width = alignment(matrix.dtype, k, batch_stride)
+    return Matrix(matrix.name, matrix.rows, matrix.cols, layout, k, batch_stride, 0, matrix.dtype, width, copied=True)
+
+
+def with_k_major_operands(gemm: Gemm) -> Gemm:
+    """The GEMM with A and B read from K-major copies where they are not K-major: TF32 wgmma reads
+    only K-major operands, and a copy costs one pass over the operand."""
+    a, b = _k_major_copy(gemm.a, gemm.batch), _k_major_copy(gemm.b, gemm.batch)
+    kind = attrs.evolve(
+        gemm.kind, a_layout=a.layout, b_layout=b.layout, a_alignment=a.alignment, b_alignment=b.alignment
+    )
+    return attrs.evolve(gemm, a=a, b=b, kind=kind)

@@ -22,7 +22,7 @@ import attrs
 
 from tunesmith.native_plugin import InstanceParams, Rejected
 from tunesmith_cutlass.arch import Arch
-from tunesmith_cutlass.gemm import ELEMENT_BYTES, VECTOR_BYTES, Gemm, Kind
+from tunesmith_cutlass.gemm import ELEMENT_BYTES, VECTOR_BYTES, Gemm, Kind, with_k_major_operands
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +163,6 @@ def _sm90_problem_reasons(inst: Instance, gemm: Gemm, arch: Arch) -> list[str]:
                 f"TMA needs 16-byte aligned {matrix.name}: its {matrix.layout}-major layout (extent, leading "
                 f"dimension {matrix.ld}, batch stride, offset) allows {matrix.alignment * size}-byte vectors"
             )
-    if kind.dtype == "float32" and not (gemm.a.k_major and gemm.b.k_major):
-        reasons.append("TF32 wgmma is offered for K-major A and B only (row-major A, column-major B)")
     if kind.out_alignment * gemm.out_bytes != VECTOR_BYTES:
         reasons.append(f"TMA stores D in 16-byte rows: N={gemm.n} allows {kind.out_alignment * gemm.out_bytes}")
     full = [o for o in gemm.operands if o.kind == "full"]
@@ -239,8 +237,18 @@ def epilogue_vector(gemm_kind: Kind) -> int:
     return min(widths)
 
 
+def for_family(gemm: Gemm, family: str) -> Gemm:
+    """The GEMM as instances of ``family`` compute it: sm90 TF32 (wgmma reads K-major tiles only)
+    reads other layouts from K-major copies."""
+    if family == "sm90" and gemm.kind.dtype == "float32":
+        return with_k_major_operands(gemm)
+    return gemm
+
+
 def validate(inst: Instance, gemm: Gemm, arch: Arch) -> list[str]:
-    """Every reason why ``inst`` cannot compute ``gemm`` on ``arch``; empty when it can."""
+    """Every reason why ``inst`` cannot compute ``gemm`` on ``arch`` (as :func:`for_family` has it);
+    empty when it can."""
+    gemm = for_family(gemm, inst.family)
     if inst.family == "sm90":
         reasons = _sm90_tile_reasons(inst, gemm.kind)
         if reasons:

@@ -33,6 +33,8 @@ NAME = "triton"
 OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm")
 #: the templates: pointer loads with any strides (and split-K), and TMA descriptor loads
 TEMPLATES = ("gemm", "gemm_tma")
+#: the narrowest column slice an epilogue is split into
+MIN_SUBTILE_N = 16
 
 
 @attrs.frozen
@@ -49,6 +51,10 @@ class Config:
     split_k: int = 1
     #: one program per SM looping over the tiles ("gemm_tma" only)
     persistent: bool = False
+    #: column slices the epilogue finishes one after another: 1, 2 or 4 ("gemm_tma" only)
+    subtile: int = 1
+    #: a producer warp loads while the others multiply ("gemm_tma" persistent only)
+    warp_specialize: bool = False
 
     def params(self) -> dict[str, int | bool]:
         """The spec's params: fields at their defaults are left out, so specs stay short and
@@ -221,6 +227,12 @@ class TritonChoice:
             raise ValueError("split_k > 1 is for the gemm template of one product")
         if self.config.persistent and spec.template != "gemm_tma":
             raise ValueError("persistent is for the gemm_tma template")
+        if self.config.subtile not in (1, 2, 4) or self.config.block_n // self.config.subtile < MIN_SUBTILE_N:
+            raise ValueError(f"subtile is 1, 2 or 4, and leaves slices of {MIN_SUBTILE_N} columns or more")
+        if self.config.subtile > 1 and spec.template != "gemm_tma":
+            raise ValueError("subtile is for the gemm_tma template")
+        if self.config.warp_specialize and not self.config.persistent:
+            raise ValueError("warp_specialize is for persistent gemm_tma programs")
         plan = epilogue_plan(problem)
         if plan is None:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
@@ -273,7 +285,8 @@ class TritonChoice:
             batch = out.shape[0] if out.dim() == 3 else 1
             grid = (min(batch * tiles, self.sms) if cfg.persistent else batch * tiles,)
             meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": b_t, "BATCHED": out.dim() == 3}
-            meta |= {"FLATTEN": cfg.persistent, "PRECISION": self.precision}
+            meta |= {"FLATTEN": cfg.persistent and not cfg.warp_specialize, "PRECISION": self.precision}
+            meta |= {"SUBTILE": cfg.subtile, "WS": cfg.warp_specialize}
             return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, batch, *tail), meta)]
         c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
         batch, split = (out.shape[0] if out.dim() == 3 else 1), cfg.split_k

@@ -10,7 +10,7 @@ import torch
 
 from tunesmith.problem import torch_dtype
 from tunesmith_hookspecs import Problem, TensorMeta
-from tunesmith_triton.choice import Config, TensorDescriptor
+from tunesmith_triton.choice import MIN_SUBTILE_N, Config, TensorDescriptor
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the pointer template: large tiles for large
 #: problems, thin ones for small M (decode), deep K tiles for long reductions, short pipelines
@@ -44,26 +44,28 @@ SPLIT_K_CONFIGS = (
     (32, 64, 128, 4, 4),
     (64, 64, 64, 4, 4),
 )
-#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) of the TMA template (Hopper)
-#: (three-stage 128 x 128 tiles fit two programs on an SM, so one's epilogue overlaps the
-#: other's main loop)
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent, subtile, warp_specialize) of the TMA
+#: template (Hopper). Three-stage 128 x 128 tiles fit two programs on an SM, so one's epilogue
+#: overlaps the other's main loop. Wide tiles finish in two column slices, and persistent ones have
+#: a producer warp: on the H100 each was as fast or faster on every case timed
+#: (``benchmarks/tma_variants.py``), and a GELU epilogue no longer spills.
 TMA_CONFIGS = (
-    (128, 256, 64, 8, 3, True),
-    (128, 256, 64, 8, 4, True),
-    (128, 256, 64, 8, 3, False),
-    (256, 128, 64, 8, 3, False),
-    (128, 128, 64, 8, 4, True),
-    (128, 128, 64, 8, 3, False),
-    (128, 128, 64, 4, 3, False),
-    (128, 128, 64, 4, 4, False),
-    (128, 128, 128, 8, 3, False),
-    (64, 128, 64, 4, 4, False),
-    (64, 128, 64, 4, 3, True),
+    (128, 256, 64, 8, 3, True, 2, True),
+    (128, 256, 64, 8, 4, True, 2, True),
+    (128, 256, 64, 8, 3, False, 2, False),
+    (256, 128, 64, 8, 3, False, 2, False),
+    (128, 128, 64, 8, 4, True, 2, True),
+    (128, 128, 64, 8, 3, False, 2, False),
+    (128, 128, 64, 4, 3, False, 1, False),
+    (128, 128, 64, 4, 4, False, 1, False),
+    (128, 128, 128, 8, 3, False, 1, False),
+    (64, 128, 64, 4, 4, False, 1, False),
+    (64, 128, 64, 4, 3, True, 1, False),
 )
 #: the interpreter runs every program instance in numpy: few, small tiles
 INTERPRETER_CONFIGS = ((32, 32, 32, 4, 1), (128, 128, 64, 4, 1))
 INTERPRETER_SPLIT_K = ((16, 32, 16, 4, 1),)
-INTERPRETER_TMA = ((32, 32, 32, 4, 1, True), (64, 64, 32, 4, 1, False))
+INTERPRETER_TMA = ((32, 32, 32, 4, 1, True, 1, True), (64, 64, 32, 4, 1, False, 2, False))
 #: the interpreter's budget of tile iterations (programs x K steps) for a config that is not
 #: the largest: small tiles over large problems take minutes there
 INTERPRETER_WORK = 512
@@ -165,8 +167,12 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
                 for split in _splits(tiles, k, bk, sms):
                     offer("gemm", Config(bm, bn, bk, 8, warps, stages, split_k=split))
     if tma_fits(problem):
-        for bm, bn, bk, warps, stages, persistent in tma:
-            config = Config(*sized(bm, bn, bk, m, n, k), 8, warps, stages, persistent=persistent)
+        for bm, bn, bk, warps, stages, persistent, subtile, ws in tma:
+            bm, bn, bk = sized(bm, bn, bk, m, n, k)
+            subtile = subtile if bn // subtile >= MIN_SUBTILE_N else 1
+            config = Config(
+                bm, bn, bk, 8, warps, stages, persistent=persistent, subtile=subtile, warp_specialize=persistent and ws
+            )
             if persistent and batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) <= sms:
                 continue  # one tile per program already: the same kernel as the plain one
             offer("gemm_tma", config)

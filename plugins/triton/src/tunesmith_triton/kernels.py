@@ -193,6 +193,30 @@ def _tma_block(desc, b, r, c, ROWS: tl.constexpr, COLS: tl.constexpr, T: tl.cons
 
 
 @triton.jit
+def _finish_halves(
+    acc, b, om, n0, M, N,
+    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+    HAS_BIAS: tl.constexpr,
+    S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+    O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
+    W: tl.constexpr,
+):  # fmt: skip
+    """``_finish`` of the tile's left and right halves (columns ``n0`` on, ``W`` wide), one after
+    the other, so that the epilogue holds half the temporaries."""
+    left, right = acc.reshape(acc.shape[0], 2, W // 2).permute(0, 2, 1).split()
+    on = n0 + tl.arange(0, W // 2)
+    _finish(left, b, om, on, M, N,
+            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+    _finish(right, b, om, on + W // 2, M, N,
+            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+
+
+@triton.jit
 def gemm_tma_kernel(
     a_desc, b_desc, M, N, K, BATCH,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
@@ -202,14 +226,16 @@ def gemm_tma_kernel(
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
     A_T: tl.constexpr, B_T: tl.constexpr, BATCHED: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
+    SUBTILE: tl.constexpr, WS: tl.constexpr,
 ):  # fmt: skip
     """A is read as [M, K] blocks, or with ``A_T`` as [K, M] blocks of its transpose (likewise B
     as [K, N] or [N, K]), with a leading batch index when ``BATCHED``; TMA fills what lies
     outside the tensor with zeros. Tiles are numbered over the batch too. With ``FLATTEN``
     (persistent programs) the tile and K loops are pipelined as one, so the next tile's loads
-    overlap this tile's epilogue."""
+    overlap this tile's epilogue; with ``WS`` a producer warp loads while the others multiply
+    and finish. ``SUBTILE`` (1, 2 or 4) finishes the tile in that many column slices."""
     per_batch = tl.cdiv(M, BM) * tl.cdiv(N, BN)
-    for tile in tl.range(tl.program_id(0), per_batch * BATCH, tl.num_programs(0), flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), per_batch * BATCH, tl.num_programs(0), flatten=FLATTEN, warp_specialize=WS):
         b = tile // per_batch
         pm, pn = _tile(tile % per_batch, M, N, BM, BN, GROUP)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
@@ -218,8 +244,24 @@ def gemm_tma_kernel(
             y = _tma_block(b_desc, b, k, pn * BN, BK, BN, B_T, BATCHED)
             acc = tl.dot(x, y, acc, input_precision=PRECISION)
         om = pm * BM + tl.arange(0, BM)
-        on = pn * BN + tl.arange(0, BN)
-        _finish(acc, b, om, on, M, N,
-                x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
-                HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+        if SUBTILE == 1:
+            on = pn * BN + tl.arange(0, BN)
+            _finish(acc, b, om, on, M, N,
+                    x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+        elif SUBTILE == 2:
+            _finish_halves(acc, b, om, pn * BN, M, N,
+                           x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BN)  # fmt: skip
+        else:
+            left, right = acc.reshape(BM, 2, BN // 2).permute(0, 2, 1).split()
+            _finish_halves(left, b, om, pn * BN, M, N,
+                           x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BN // 2)  # fmt: skip
+            _finish_halves(right, b, om, pn * BN + BN // 2, M, N,
+                           x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
+                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BN // 2)  # fmt: skip
