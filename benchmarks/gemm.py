@@ -162,12 +162,12 @@ def _in_fresh_process(flag: str, value: str, **env: str) -> dict[str, Any]:
     return json.loads(answer.read_text())
 
 
-def interleaved(paths: dict[str, Any]) -> dict[str, list[float]]:
-    """Each path's time in ``ROUNDS`` short rounds, each round starting with the next path in turn:
+def interleaved(paths: dict[str, Any], rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Each path's time in ``rounds`` short rounds, each round starting with the next path in turn:
     the clock of a long run (power and heat) then weighs on every path alike."""
     times: dict[str, list[float]] = {name: [] for name in paths}
     names = list(paths)
-    for i in range(ROUNDS):
+    for i in range(rounds):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             times[name].append(_time(paths[name]))
     return times

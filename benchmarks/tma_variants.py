@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import triton
-from triton.testing import do_bench
+from gemm import SHAPES, _eager, interleaved
 from tunesmith_triton.choice import TritonChoice
 
 from tunesmith import problemset
@@ -26,7 +26,6 @@ from tunesmith.ops import reference, relative_error, tolerance
 from tunesmith.problem import build_problem
 from tunesmith_hookspecs import ChoiceSpec
 
-SHAPES = Path(__file__).with_name("gemm_shapes.json")
 CASES = "addmm_gelu_mlp,addmm_relu_4096,square_8192_bf16,llama7b_down_prefill"
 #: (block_m, block_n, block_k, warps)
 TILES = ((128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 64, 8))
@@ -42,27 +41,9 @@ SHAPES_OF_LOOP = (
     (3, True, 2, True),
     (4, True, 2, True),
 )
+#: interleaved rounds of do_bench medians (``gemm.interleaved``): fewer than the GEMM set's, as
+#: each case here has 28 paths
 ROUNDS = 5
-
-
-def _eager(case: Any, scalars: dict[str, Any], tensors: list[torch.Tensor]) -> torch.Tensor:
-    import torch.nn.functional as F
-
-    from tunesmith import ops
-
-    out = ops.compute(case.op, scalars, tensors)
-    for step in problemset.epilogue(case):
-        out = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu}[step](out)
-    return out
-
-
-def _median_of_rounds(paths: dict[str, Any]) -> dict[str, float]:
-    """Each path's median over ``ROUNDS`` interleaved rounds of do_bench medians."""
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(ROUNDS):
-        for name, fn in paths.items():
-            times[name].append(float(do_bench(fn, warmup=10, rep=40, return_mode="median")))
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def run_case(case: Any) -> dict[str, Any]:
@@ -70,7 +51,8 @@ def run_case(case: Any) -> dict[str, Any]:
     problem, inputs = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
     ref = reference(problem, inputs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    paths: dict[str, Any] = {"aten": lambda: _eager(case, scalars, tensors)}
+    eager = _eager(case)
+    paths: dict[str, Any] = {"aten": lambda: eager(scalars, *tensors)}
     rows: dict[str, dict[str, Any]] = {}
     for (bm, bn, bk, warps), (stages, persistent, subtile, ws) in itertools.product(TILES, SHAPES_OF_LOOP):
         params = {"block_m": bm, "block_n": bn, "block_k": bk, "group_m": 8, "num_warps": warps}
@@ -94,7 +76,7 @@ def run_case(case: Any) -> dict[str, Any]:
             paths[label] = lambda run=run: run(*inputs)
         except Exception as exc:  # noqa: BLE001 - a variant this Triton cannot build: recorded, not fatal
             rows[label] = {"params": params, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    times = _median_of_rounds(paths)
+    times = {name: statistics.median(t) for name, t in interleaved(paths, ROUNDS).items()}
     for label, ms in times.items():
         if label != "aten":
             rows[label] |= {"ms": ms, "speedup_vs_aten": times["aten"] / ms}

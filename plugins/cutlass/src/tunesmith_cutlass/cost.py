@@ -71,7 +71,8 @@ def estimate_ms(inst: Instance, gemm: Gemm, problem: Problem, arch: Arch, device
     as :func:`~tunesmith_cutlass.instances.for_family` has it)."""
     main = main_loop_flops(inst, gemm, arch, sms) / (peak_flops(device, math_dtype(problem)) / sms)
     memory = problem_bytes(problem) / device.memory_bandwidth
-    copies = copy_bytes(gemm) / device.memory_bandwidth + (LAUNCH_S if copy_bytes(gemm) else 0.0)
+    copied = copy_bytes(gemm)
+    copies = copied / device.memory_bandwidth + (LAUNCH_S if copied else 0.0)
     return (max(main, memory) + copies + waves(inst, gemm, arch, sms)[0] * WAVE_S + LAUNCH_S) * 1e3
 
 
