@@ -377,6 +377,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if all("aten_best_ms" in r for r in rows):  # the fastest round of each path
         best = [r["aten_best_ms"] / r["tunesmith_best_ms"] for r in rows]
         out["best_round_geomean_speedup_vs_aten"], out["best_round_min_speedup_vs_aten"] = _geomean(best), min(best)
+    if all(r.get("tunesmith_tuning_top5_ms") for r in rows):
+        out["best_candidate_geomean_vs_aten"] = best_candidate_geomean(rows, "tunesmith")
     out["median_tunesmith_tune_s"] = statistics.median(r["tunesmith_tune_s"] for r in rows)
     warm = [r["tunesmith_warm_s"] for r in rows if r.get("tunesmith_warm_s") is not None]
     if warm:
