@@ -1,5 +1,5 @@
-"""Pruning by the cost model: only the best ``prune`` estimates are benchmarked, ATen's choices
-always are, and without a device profile nothing is pruned."""
+"""Pruning by the cost model: only the best ``prune`` estimates are benchmarked (none far above the
+best), ATen's choices always are, and without a device profile nothing is pruned."""
 
 from __future__ import annotations
 
@@ -62,11 +62,21 @@ def benchmarked(sel: tunesmith.Selection) -> set[tuple[str, int | None]]:
 
 
 def test_only_the_best_estimates_and_aten_are_benchmarked(register):
-    register(ModelledBackend(5.0, 1.0, 4.0, 2.0, 3.0))
+    register(ModelledBackend(5.0, 1.0, 4.0, 1.05, 1.08))
     register(CpuProfile(), "cpu_profile")
     sel = tunesmith.tune("mm", A, B, options={"prune": 2})
     assert benchmarked(sel) == {("aten", None), ("modelled", 1), ("modelled", 3)}
     assert tunesmith.counters["choices_pruned"] == 3
+
+
+def test_choices_estimated_past_the_window_are_not_benchmarked_even_within_prune(register):
+    from tunesmith.cost.prune import WINDOW
+
+    register(ModelledBackend(2.0, 1.0, 1.0 + WINDOW, 1.0 + 1.5 * WINDOW))
+    register(CpuProfile(), "cpu_profile")
+    sel = tunesmith.tune("mm", A, B, options={"prune": 3})  # (with 4 choices: pruning runs)
+    assert benchmarked(sel) == {("aten", None), ("modelled", 1), ("modelled", 2)}
+    assert tunesmith.counters["choices_pruned"] == 2
 
 
 def test_no_profile_or_prune_off_benchmarks_everything(register):

@@ -156,10 +156,9 @@ def test_tma_persistent_and_split_k_kernels_are_offered_where_they_fit(interpret
         want = {"gemm", "gemm_tma-subtile", "gemm_tma-persistent-ws"}
         assert want <= kinds[f"aligned:addmm-{dtype}-contiguous-relu"]
         assert "gemm_tma-subtile" in kinds[f"aligned:mm-{dtype}-transposed-"]
-        # batches: 3-D descriptors; 3 x 3 tiles outnumber the programs
-        assert {"gemm_tma-subtile", "gemm_tma-persistent-ws"} <= kinds[
-            f"batched_aligned:baddbmm-{dtype}-transposed-relu"
-        ]
+        # batches: 3-D descriptors; 3 x 3 tiles outnumber the programs; no producer warp (slower there)
+        batched = kinds[f"batched_aligned:baddbmm-{dtype}-transposed-relu"]
+        assert {"gemm_tma-subtile", "gemm_tma-persistent"} <= batched and "gemm_tma-persistent-ws" not in batched
         assert "gemm_tma-subtile" in kinds[f"batched_aligned:bmm-{dtype}-contiguous-"]
     # a 5 x 19 output with K = 100: one tile, so K is split
     decode = [r for r in interpreted["rows"] if r["case"].startswith("decode:mm-") and "gemm-split" in r["kinds"]]
@@ -279,3 +278,28 @@ def test_deterministic_mode_offers_no_split_k_and_keys_apart():
         assert selection_key(problem, torch.device("cpu"), [("triton", None)]) != key
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_configs_of_a_template_share_a_launcher_key_and_the_first_precompile_claims_it(tmp_path):
+    """The key of the signature's launcher (``launchers.py``): the same for every config of a
+    template on one Problem, small config included; another for another layout; claimed once."""
+    from tunesmith_triton.choice import SMALL
+    from tunesmith_triton.launchers import claim, signature_key
+
+    def key(template, params, problem, inputs):
+        choice = TritonChoice(ChoiceSpec("triton", template, params), problem, "ieee", sms=2)
+        out = choice._output(inputs)
+        [(kernel, _, args, _)] = choice._launches(inputs, out, choice._workspace(out))
+        return signature_key(kernel, args)
+
+    big = {"block_m": 64, "block_n": 64, "block_k": 32, "group_m": 8, "num_warps": 8, "num_stages": 3}
+    addmm, inputs = build_problem("addmm", [torch.randn(24), torch.randn(70, 40), torch.randn(40, 24)], {}, ["relu"])
+    mm, mm_inputs = build_problem("mm", [torch.randn(70, 40), torch.randn(40, 24)], {})
+    variants = {"gemm": {**big, "split_k": 2}, "gemm_tma": {**big, "persistent": True}}
+    for template, other in variants.items():
+        keys = {key(template, p, addmm, inputs) for p in (big, other, SMALL.params())}
+        assert len(keys) == 1
+        assert key(template, big, mm, mm_inputs) not in keys
+    assert key("gemm", big, addmm, inputs) != key("gemm_tma", big, addmm, inputs)
+    first = key("gemm", big, addmm, inputs)
+    assert claim(tmp_path, first) and not claim(tmp_path, first) and claim(tmp_path, key("gemm", big, mm, mm_inputs))

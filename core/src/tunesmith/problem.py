@@ -48,11 +48,23 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
     return TensorMeta(tuple(t.shape), tuple(t.stride()), dtype_name(t.dtype), t.device.type, t.storage_offset())
 
 
+def _storage_size(meta: TensorMeta) -> int:
+    """Elements of the storage that ``meta``'s view reaches (its offset included)."""
+    size = meta.storage_offset + 1 + sum((n - 1) * st for n, st in zip(meta.shape, meta.stride, strict=True))
+    return size if 0 not in meta.shape else meta.storage_offset
+
+
+def scratch_like(meta: TensorMeta, device: torch.device) -> torch.Tensor:
+    """A tensor of ``meta``'s layout (offset, so alignment, included) on ``device`` with unset
+    values: for a call that only compiles or loads a kernel, never for one whose result counts."""
+    storage = torch.empty(_storage_size(meta), dtype=torch_dtype(meta.dtype), device=device)
+    return storage.as_strided(meta.shape, meta.stride, meta.storage_offset)
+
+
 def tensor_like(meta: TensorMeta, device: torch.device) -> torch.Tensor:
     """A tensor of ``meta``'s layout on ``device`` holding random values (never zeros)."""
     dtype = torch_dtype(meta.dtype)
-    size = meta.storage_offset + 1 + sum((n - 1) * st for n, st in zip(meta.shape, meta.stride, strict=True))
-    size = size if 0 not in meta.shape else meta.storage_offset
+    size = _storage_size(meta)
     if dtype.is_floating_point or dtype.is_complex:
         storage = torch.randn(size, device=device).to(dtype)
     else:

@@ -11,6 +11,7 @@ is retried alone, so that only the guilty one is blamed. A backend that crashes 
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from tunesmith.bench.timing import give_up_after
 from tunesmith.counters import bump
 from tunesmith.options import Options, to_payload
 from tunesmith_hookspecs import ChoiceSpec, Problem, Timing, unstructure
+
+log = logging.getLogger(__name__)
 
 BACKEND_CRASH_LIMIT = 3
 #: worker deaths that no job can be blamed for before the run gives up
@@ -93,7 +96,8 @@ class IsolatedRun:
 
     def _jobs(self, worker: pool.WorkerProcess, jobs: list[tuple[str, int, dict[str, Any]]], limit: float) -> Outcome:
         """Send ``jobs`` (kind, choice, fields) and collect their results, or how the worker died."""
-        by_id = {worker.send({"kind": kind, "index": index, **fields}): index for kind, index, fields in jobs}
+        sent = {worker.send({"kind": kind, "index": index, **fields}): (kind, index) for kind, index, fields in jobs}
+        by_id = {job: index for job, (_, index) in sent.items()}
         started: dict[int, float] = {}
         out = Outcome()
         finished: set[int] = set()
@@ -124,7 +128,15 @@ class IsolatedRun:
                 finished.discard(job)
                 return self._lost(out, by_id, running, finished, "crashed the GPU context: " + reply["result"]["error"])
             out.results[by_id[job]] = reply["result"]
+            self._log_job(*sent[job], time.monotonic() - started.get(job, now), reply["result"])
         return out
+
+    def _log_job(self, kind: str, index: int, seconds: float, result: dict[str, Any]) -> None:
+        """One finished job at debug level: what it was, and where its time went."""
+        if log.isEnabledFor(logging.DEBUG):
+            parts = ", ".join(f"{k} {v:.3f}" for k, v in result.items() if k.endswith("_s") or k == "ms")
+            what = self.specs[index] if index >= 0 else "the problem"
+            log.debug("%s of %s: %.3f s in the worker (%s)", kind, what, seconds, parts)
 
     def _lost(self, out: Outcome, by_id: dict[int, int], running: list[int], finished: set[int], why: str) -> Outcome:
         """Sort the unfinished jobs of a dead worker into blamed, suspects and requeue."""

@@ -146,16 +146,19 @@ class Server:
         if left is not None and time.monotonic() - job["_received"] > left:
             return {"error": BUDGET_EXHAUSTED, "skipped": True}
         choice = self._choice(job["index"])
+        began = time.monotonic()
         if self.compilers is not None:
             problem, specs, options, fp32 = self.session["raw"]  # type: ignore[index]
             away = self.compilers.precompile(problem, specs[job["index"]], options, fp32)
             if away is not LOST and away is not None:
                 return {"error": away}
+        here = time.monotonic()
         error = precompile_one(choice)  # after a compile process, this loads what it compiled
         synchronize(self.device)  # a kernel launched while compiling fails here, not later
         if error is None:
             self.session["precompiled"].add(job["index"])  # type: ignore[index]
-        return {"error": error}
+        # where the time went: in a compile process, and here (loading, or the whole compile)
+        return {"error": error, "away_s": here - began, "here_s": time.monotonic() - here}
 
     def _time(self, job: dict[str, Any]) -> dict[str, Any]:
         from tunesmith.bench.inprocess import measure

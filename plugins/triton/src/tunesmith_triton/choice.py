@@ -13,7 +13,7 @@ import torch
 import triton
 
 from tunesmith.ops import tf32_allowed
-from tunesmith.problem import torch_dtype
+from tunesmith.problem import scratch_like, torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.kernels import (
     CODES,
@@ -22,6 +22,7 @@ from tunesmith_triton.kernels import (
     gemm_kernel,
     gemm_tma_kernel,
 )
+from tunesmith_triton.launchers import build_early
 
 try:  # host-side TMA descriptors (Triton 3.4 and later)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -157,6 +158,19 @@ def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
 
 #: one kernel launch: the JIT function, its grid, its arguments and its constexprs and options
 Launch = tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]
+
+#: the config whose compile builds a signature's launcher early (``launchers.py``): small and quick
+SMALL = Config(32, 32, 32, 8, 4, 1)
+
+
+def _load(launches: Sequence[Launch]) -> None:
+    """Compile each launch's kernel for its arguments and load it with its launcher, which Triton
+    would otherwise build and load on the first launch (in timing)."""
+    for kernel, grid, args, meta in launches:
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+        load = getattr(compiled, "_init_handles", None)
+        if load is not None:
+            load()
 
 
 @attrs.frozen
@@ -321,18 +335,22 @@ class TritonChoice:
         if self.problem.device != "cuda" or not torch.cuda.is_available():
             return
         device = torch.device("cuda", torch.cuda.current_device())
-        tensors = [
-            torch.empty_strided(m.shape, m.stride, dtype=torch_dtype(m.dtype), device=device)
-            for m in self.problem.inputs
-        ]
+        tensors = [scratch_like(m, device) for m in self.problem.inputs]
         out = self._output(tensors)
-        for kernel, grid, args, meta in self._launches(tensors, out, self._workspace(out)):
-            compiled = kernel.warmup(*args, grid=grid, **meta)
-            # Triton builds a kernel's launcher (a C compile, half a second when its signature is
-            # new) and loads it on the first launch: here, beside the other compiles, not in timing
-            load = getattr(compiled, "_init_handles", None)
-            if load is not None:
-                load()
+        launches = self._launches(tensors, out, self._workspace(out))
+        small = self._small()
+        if small is not None:  # the signature's launcher, built while this config compiles
+            kernel, _, args, _ = launches[0]
+            build_early(kernel, args, lambda: _load(small._launches(tensors, out, small._workspace(out))))
+        _load(launches)
+
+    def _small(self) -> TritonChoice | None:
+        """This template at ``SMALL``, for the same Problem: quick to compile, and of the same
+        kernel signature (None for another template, or when this is it)."""
+        if self.spec.template not in TEMPLATES or self.config == SMALL:
+            return None
+        return TritonChoice(ChoiceSpec(self.spec.backend, self.spec.template, SMALL.params()), self.problem,
+                            self.precision, self.sms)  # fmt: skip
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         def run(*tensors: torch.Tensor) -> torch.Tensor:

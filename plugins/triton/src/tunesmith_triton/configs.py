@@ -47,8 +47,9 @@ SPLIT_K_CONFIGS = (
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent, subtile, warp_specialize) of the TMA
 #: template (Hopper). Three-stage 128 x 128 tiles fit two programs on an SM, so one's epilogue
 #: overlaps the other's main loop. Wide tiles finish in two column slices, and persistent ones have
-#: a producer warp: on the H100 each was as fast or faster on every case timed
-#: (``benchmarks/tma_variants.py``), and a GELU epilogue no longer spills.
+#: a producer warp: on the H100 each was as fast or faster on every single-matrix case timed
+#: (``benchmarks/tma_variants.py``), and a GELU epilogue no longer spills. Batched problems get no
+#: producer warp: it made bmm and baddbmm 10 to 40% slower there.
 TMA_CONFIGS = (
     (128, 256, 64, 8, 3, True, 2, True),
     (128, 256, 64, 8, 4, True, 2, True),
@@ -170,9 +171,8 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
         for bm, bn, bk, warps, stages, persistent, subtile, ws in tma:
             bm, bn, bk = sized(bm, bn, bk, m, n, k)
             subtile = subtile if bn // subtile >= MIN_SUBTILE_N else 1
-            config = Config(
-                bm, bn, bk, 8, warps, stages, persistent=persistent, subtile=subtile, warp_specialize=persistent and ws
-            )
+            ws = persistent and ws and batch == 1
+            config = Config(bm, bn, bk, 8, warps, stages, persistent=persistent, subtile=subtile, warp_specialize=ws)
             if persistent and batch * _cdiv(m, config.block_m) * _cdiv(n, config.block_n) <= sms:
                 continue  # one tile per program already: the same kernel as the plain one
             offer("gemm_tma", config)
