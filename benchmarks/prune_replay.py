@@ -1,0 +1,105 @@
+"""Pruning replayed on measured tuning times (CPU): which choices ``prune`` and ``WINDOW`` keep,
+and how far the best kept time is from the exhaustive tune's best, per case.
+
+The input is a ``cost_model.py`` result: its exhaustive tunes timed every choice, each next to
+the model's estimate. ``--estimate`` recomputes the Triton estimates with this checkout's model
+(for runs made with an older one; only the choices that run timed take part). A replay says
+what pruning would have kept; the tune time it saves is only measured by ``cost_model.py``.
+
+    python benchmarks/prune_replay.py RESULT.json [RESULT.json ...] [--estimate] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from gemm import SHAPES
+
+WINDOWS = (None, 0.05, 0.10, 0.15, 0.20)
+
+
+def _estimates(case_name: str, specs: list[str]) -> dict[str, float]:
+    """This checkout's estimate of each Triton spec of the case, as on an H100 (SXM preset)."""
+    import attrs
+    from tunesmith_triton.choice import TritonChoice, precision
+    from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
+
+    from tunesmith import problemset
+    from tunesmith.cost.profiles import PRESETS
+    from tunesmith.problem import build_problem
+    from tunesmith_hookspecs import ChoiceSpec
+
+    profile = PRESETS["H100-SXM"]
+    case = {c.name: c for c in problemset.load(SHAPES)}[case_name]
+    tensors, scalars = problemset.make_inputs(case, "meta", seed=1)
+    problem, _ = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
+    metas = [attrs.evolve(m, device="cuda") for m in problem.inputs]
+    problem = attrs.evolve(problem, inputs=metas, output=attrs.evolve(problem.output, device="cuda"))
+    out = {}
+    for spec in specs:
+        m = re.fullmatch(r"triton:(\w+)\[(.*)\]", spec)
+        if m is None:
+            continue
+        params = {k: json.loads(v.lower()) for k, v in (kv.split("=") for kv in m.group(2).split(","))}
+        choice = TritonChoice(ChoiceSpec("triton", m.group(1), params), problem, precision(problem), 132)
+        config, sms = choice.config, profile.multiprocessors
+        out[spec] = estimate_ms(m.group(1), config, work_of(choice), problem, profile, sms, SHARED_MEMORY)
+    return out
+
+
+def replay(case: dict[str, Any], prune: int, window: float | None, estimates: dict[str, float]) -> dict[str, Any]:
+    """The choices pruning keeps from the case's exhaustive timings (ATen's always); the best kept
+    time over the best of all, and the same among the modelled choices alone (what pruning
+    decides, whichever wins)."""
+    times = {spec: ms for spec, ms, _ in case["choices"]}
+    modelled = sorted((s for s in times if s in estimates), key=lambda s: estimates[s])
+    bound = estimates[modelled[0]] * (1 + window) if window is not None and modelled else float("inf")
+    kept = [s for s in modelled[:prune] if estimates[s] <= bound]
+    out = {"kept": len(kept) + len(times) - len(modelled)}  # ATen's, and anything without an estimate
+    out["best_kept_vs_best"] = min([times[s] for s in kept] + [t for s, t in times.items() if s not in estimates])
+    out["best_kept_vs_best"] /= min(times.values())
+    out["modelled_best_kept_vs_best"] = min(times[s] for s in kept) / min(times[s] for s in modelled)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", nargs="+")
+    parser.add_argument("--prune", type=int, default=6)
+    parser.add_argument("--estimate", action="store_true", help="estimate with this checkout's model")
+    parser.add_argument("--json", help="write the replay here")
+    args = parser.parse_args()
+    rows = []
+    for path in args.results:
+        for case in json.loads(Path(path).read_text())["cases"]:
+            specs = [spec for spec, _, _ in case["choices"]]
+            if args.estimate:
+                estimates = _estimates(case["name"], specs)
+            else:
+                estimates = {spec: est for spec, _, est in case["choices"] if est is not None}
+            row: dict[str, Any] = {"source": Path(path).name, "name": case["name"], "choices": len(specs)}
+            for window in WINDOWS:
+                row[f"window_{window}"] = replay(case, args.prune, window, estimates)
+            rows.append(row)
+            cells = "  ".join(f"{w}: {r['kept']}, {r['best_kept_vs_best']:.3f}/{r['modelled_best_kept_vs_best']:.3f}"
+                              for w in WINDOWS for r in [row[f"window_{w}"]])  # fmt: skip
+            print(f"{case['name']:26s} {cells}")
+    summary = {}
+    for key in ("best_kept_vs_best", "modelled_best_kept_vs_best", "kept"):
+        pick = sum if key == "kept" else max
+        summary[key] = {str(w): pick(r[f"window_{w}"][key] for r in rows) for w in WINDOWS}
+        print(f"{key} ({pick.__name__} over the cases), by window: {summary[key]}")
+    if args.json:
+        out = {"device": "CPU replay of the inputs' measured times", "inputs": args.results, "prune": args.prune}
+        out |= {"estimated_here": args.estimate, "summary": summary, "cases": rows}
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
