@@ -141,13 +141,15 @@ class Server:
     def _precompile(self, job: dict[str, Any]) -> dict[str, Any]:
         from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, precompile_one
         from tunesmith.bench.timing import synchronize
+        from tunesmith.hooks import BASELINE_BACKEND
 
         left = job.get("budget_left_s")
         if left is not None and time.monotonic() - job["_received"] > left:
             return {"error": BUDGET_EXHAUSTED, "skipped": True}
         choice = self._choice(job["index"])
         began = time.monotonic()
-        if self.compilers is not None:
+        # ATen's choices compile nothing: their precompile loads a library's kernel, of use only here
+        if self.compilers is not None and choice.spec.backend != BASELINE_BACKEND:
             problem, specs, options, fp32 = self.session["raw"]  # type: ignore[index]
             away = self.compilers.precompile(problem, specs[job["index"]], options, fp32)
             if away is not LOST and away is not None:
