@@ -63,7 +63,8 @@ def replay(case: dict[str, Any], prune: int, window: float | None, estimates: di
     out = {"kept": len(kept) + len(times) - len(modelled)}  # ATen's, and anything without an estimate
     out["best_kept_vs_best"] = min([times[s] for s in kept] + [t for s, t in times.items() if s not in estimates])
     out["best_kept_vs_best"] /= min(times.values())
-    out["modelled_best_kept_vs_best"] = min(times[s] for s in kept) / min(times[s] for s in modelled)
+    if kept:
+        out["modelled_best_kept_vs_best"] = min(times[s] for s in kept) / min(times[s] for s in modelled)
     return out
 
 
@@ -86,13 +87,16 @@ def main() -> int:
             for window in WINDOWS:
                 row[f"window_{window}"] = replay(case, args.prune, window, estimates)
             rows.append(row)
-            cells = "  ".join(f"{w}: {r['kept']}, {r['best_kept_vs_best']:.3f}/{r['modelled_best_kept_vs_best']:.3f}"
-                              for w in WINDOWS for r in [row[f"window_{w}"]])  # fmt: skip
+            cells = "  ".join(
+                f"{w}: {r['kept']}, {r['best_kept_vs_best']:.3f}/{r.get('modelled_best_kept_vs_best', 1):.3f}"
+                for w in WINDOWS
+                for r in [row[f"window_{w}"]]
+            )
             print(f"{case['name']:26s} {cells}")
     summary = {}
     for key in ("best_kept_vs_best", "modelled_best_kept_vs_best", "kept"):
         pick = sum if key == "kept" else max
-        summary[key] = {str(w): pick(r[f"window_{w}"][key] for r in rows) for w in WINDOWS}
+        summary[key] = {str(w): pick(r[f"window_{w}"].get(key, 1) for r in rows) for w in WINDOWS}
         print(f"{key} ({pick.__name__} over the cases), by window: {summary[key]}")
     if args.json:
         out = {"device": "CPU replay of the inputs' measured times", "inputs": args.results, "prune": args.prune}

@@ -8,7 +8,7 @@ case (backends aten + triton) and reports the phases: choice generation, pruning
 worker (``subprocess``) each of its jobs is listed as it finished: its kind, choice and seconds,
 and for a precompile the seconds in a compile process and in the worker.
 ``--compile-split`` instead precompiles every Triton choice of each case in turn in one fresh
-process: the kernel's compile, and its launcher's build and load.
+process: the kernel's compile, and its launcher's build and load (no launcher built early).
 
     python benchmarks/tune_breakdown.py [--cases NAME,NAME] [--modes subprocess] [--json FILE]
     python benchmarks/tune_breakdown.py --compile-split [--cases NAME,NAME] [--json FILE]
@@ -111,6 +111,7 @@ def _compile_split(name: str) -> dict[str, Any]:
     the kernel's compile apart from its launcher's build and load (``_init_handles``)."""
     import torch
     from triton.compiler import compiler
+    from tunesmith_triton import choice as choice_module
 
     import tunesmith
     from tunesmith import hooks, problemset
@@ -129,6 +130,7 @@ def _compile_split(name: str) -> dict[str, Any]:
             handles.append(time.perf_counter() - start)
 
     compiler.CompiledKernel._init_handles = timed_init
+    choice_module.build_early = lambda *args: None  # each launcher built by the first of its signature
     case = {c.name: c for c in problemset.load(SHAPES)}[name]
     tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
     problem, _ = build_problem(case.op, tensors, scalars, problemset.epilogue(case))

@@ -166,3 +166,16 @@ def test_zero_sizes_give_the_right_output_without_benchmarking(device, name):
     assert sel.spec.template == "empty" and sel.timings == {}
     assert sel.report.source == "empty" and not sel.cached and not sel.report.cached
     assert tunesmith.counters["precompile"] == 0
+
+
+@pytest.mark.parametrize(
+    "view", [torch.randn(6, 5).t(), torch.randn(4, 9)[1:, ::2], torch.randn(3, 0, 2)[1:], torch.randn(7)[3:]]
+)
+def test_scratch_tensors_keep_the_layout_offset_included(view):
+    """``scratch_like`` (what precompiles run on): the Problem's shape, strides and storage offset."""
+    from tunesmith.problem import scratch_like
+    from tunesmith_hookspecs import TensorMeta
+
+    meta = TensorMeta(view.shape, view.stride(), "float32", storage_offset=view.storage_offset())
+    t = scratch_like(meta, torch.device("cpu"))
+    assert (t.shape, t.stride(), t.storage_offset()) == (view.shape, view.stride(), view.storage_offset())

@@ -7,8 +7,10 @@ the CPU with ``benchmark="subprocess"``, so real worker processes start, crash a
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -109,12 +111,21 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_compile_processes_precompile_first_then_the_worker_loads_and_they_die_with_it(install, tmp_path, monkeypatch):
+def test_compile_processes_precompile_first_then_the_worker_loads_and_they_die_with_it(
+    install, tmp_path, monkeypatch, caplog
+):
     log = tmp_path / "compile.log"
     monkeypatch.setenv("FIXTURE_COMPILE_LOG", str(log))
     install("bench")
+    caplog.set_level(logging.DEBUG, logger="tunesmith.bench.isolated")
     options = {**SUBPROCESS, "backends": ["fixture_compile"], "compile_threads": 3, "compile_in": "processes"}
     tunesmith.tune("mm", rand(16, 16), rand(16, 16), options=options)
+    # each finished job is logged with where its time went: a fixture compile sleeps 0.3 s, in a
+    # compile process and again in the worker
+    jobs = [r.getMessage() for r in caplog.records if r.getMessage().startswith("precompile of fixture_compile")]
+    assert len(jobs) == 8
+    for message in jobs:
+        assert all(float(re.search(rf"{part} ([0-9.]+)", message)[1]) >= 0.3 for part in ("away_s", "here_s"))
     worker = pool.slot(rand(1).device).worker
     assert worker is not None
     rows = [line.split() for line in log.read_text().splitlines()]

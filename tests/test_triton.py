@@ -6,6 +6,7 @@ float64 reference."""
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
 import pytest
@@ -303,3 +304,29 @@ def test_configs_of_a_template_share_a_launcher_key_and_the_first_precompile_cla
     assert key("gemm", big, addmm, inputs) != key("gemm_tma", big, addmm, inputs)
     first = key("gemm", big, addmm, inputs)
     assert claim(tmp_path, first) and not claim(tmp_path, first) and claim(tmp_path, key("gemm", big, mm, mm_inputs))
+
+
+def test_a_signature_is_built_early_once_and_a_failed_build_is_only_logged(tmp_path, monkeypatch, caplog):
+    """``build_early`` on a Triton that builds launchers: the first of a signature runs the probe on
+    a thread, the next does not; a probe that raises leaves the real compile to build it. On a
+    Triton that builds none, nothing runs."""
+    import logging
+
+    from tunesmith_triton import launchers
+
+    ran = []
+    monkeypatch.setattr(launchers, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(launchers, "compiled_per_signature", lambda: False)
+    assert launchers.build_early("k", [1], lambda: ran.append("none"), device=-1) is None
+    monkeypatch.setattr(launchers, "compiled_per_signature", lambda: True)
+    thread = launchers.build_early("k", [1], lambda: ran.append(threading.get_ident()), device=-1)
+    thread.join()
+    assert ran == [thread.ident]
+    assert launchers.build_early("k", [1], lambda: ran.append("again"), device=-1) is None
+
+    def broken() -> None:
+        raise RuntimeError("no compiler")
+
+    caplog.set_level(logging.DEBUG, logger="tunesmith_triton.launchers")
+    launchers.build_early("k", [2], broken, device=-1).join()
+    assert "early launcher build failed: no compiler" in caplog.text and len(ran) == 1

@@ -1,8 +1,10 @@
 """Pruning before benchmarking: rank a Problem's choices by the cost model, keep the best few.
 
-At most ``prune`` choices are kept, and none whose estimate is more than ``WINDOW`` above the
-best one: where the model sees a clear gap, benchmarking the far side of it costs compile time
-(the largest part of a cold tune) and does not change the answer. ATen's choices are always kept
+Of more than ``prune`` modelled choices, at most ``prune`` are kept, and none whose estimate is
+more than ``WINDOW`` above the best one: where the model sees a clear gap, benchmarking the far
+side of it costs compile time (the largest part of a cold tune) and does not change the answer.
+The window compares every backend's estimates alike, so it trusts each model's scale as much as
+the ranking does. ATen's choices are always kept
 (they are the baseline every answer is measured against), and so are the choices no plugin
 estimates: a backend without a model is benchmarked rather than dropped. Neither counts against
 ``prune``. A device profile or roofline that fails turns pruning off for that Problem (logged):

@@ -6,6 +6,7 @@ offers two ways (mm_plus_mm as two mm and an add, or an mm fed into addmm).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -16,6 +17,8 @@ from tunesmith.problem import scratch_like
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, hookimpl
 
 NAME = "aten"
+
+log = logging.getLogger(__name__)
 
 
 def _mm_then_addmm(problem: Problem, t: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -39,12 +42,16 @@ class AtenChoice:
     def precompile(self) -> None:
         """Nothing to build, but on a GPU torch loads a library's kernel (cuBLAS's, cuDNN's) at
         its first call: one call on scratch tensors of the Problem's layout pays for that here,
-        beside the other choices' compiles, instead of in the first timed call."""
+        beside the other choices' compiles, instead of in the first timed call (best effort: a
+        failure here is left to the real call)."""
         if self.problem.device != "cuda" or not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
             return  # (a call made while a CUDA graph is captured would join the graph)
         device = torch.device("cuda", torch.cuda.current_device())
-        with torch.no_grad():
-            self.kernel()(*(scratch_like(m, device) for m in self.problem.inputs))
+        try:
+            with torch.no_grad():
+                self.kernel()(*(scratch_like(m, device) for m in self.problem.inputs))
+        except Exception as exc:  # noqa: BLE001 - only a head start: the real call will say what fails
+            log.debug("ATen's warm-up call for %s failed: %s", self.problem.op, exc)
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         fn, problem = TEMPLATES[self.spec.template][1], self.problem

@@ -338,11 +338,14 @@ class TritonChoice:
         tensors = [scratch_like(m, device) for m in self.problem.inputs]
         out = self._output(tensors)
         launches = self._launches(tensors, out, self._workspace(out))
-        small = self._small()
+        small, early = self._small(), None
         if small is not None:  # the signature's launcher, built while this config compiles
             kernel, _, args, _ = launches[0]
-            build_early(kernel, args, lambda: _load(small._launches(tensors, out, small._workspace(out))))
+            probe = lambda: _load(small._launches(tensors, out, small._workspace(out)))  # noqa: E731
+            early = build_early(kernel, args, probe, device.index or 0)
         _load(launches)
+        if early is not None:  # nothing of it left running when this choice is timed
+            early.join()
 
     def _small(self) -> TritonChoice | None:
         """This template at ``SMALL``, for the same Problem: quick to compile, and of the same

@@ -39,13 +39,15 @@ def compiled_per_signature() -> bool:
 
 def signature_key(kernel: Any, args: Sequence[Any]) -> str:
     """What a launcher depends on: the kernel, and each argument's kind as Triton specialises it
-    (a pointer, a descriptor of so many dimensions, an int equal to 1 (a constant), a 32- or
-    64-bit int, a float, None); never its value or dtype."""
+    (a pointer, a descriptor of so many dimensions, a bool, an int equal to 1 (a constant), a 32-
+    or 64-bit int, a float, None); never its value or dtype."""
     kinds = []
     for arg in args:
         if isinstance(arg, torch.Tensor):
             kinds.append("p")
-        elif isinstance(arg, bool) or arg is None:
+        elif isinstance(arg, bool):
+            kinds.append("b")
+        elif arg is None:
             kinds.append("c")
         elif isinstance(arg, int):
             kinds.append("c" if arg == 1 else "l" if not -(2**31) <= arg < 2**31 else "i")
@@ -78,15 +80,19 @@ def claim(folder: Path, key: str) -> bool:
     return True
 
 
-def build_early(kernel: Any, args: Sequence[Any], probe: Callable[[], None]) -> threading.Thread | None:
-    """Run ``probe`` (a small config's compile and load) on a thread when this Triton compiles
-    launchers and ``kernel`` with ``args`` is the first of its signature here; the thread, or None."""
+def build_early(
+    kernel: Any, args: Sequence[Any], probe: Callable[[], None], device: int = 0
+) -> threading.Thread | None:
+    """Run ``probe`` (a small config's compile and load on GPU ``device``) on a thread when this
+    Triton compiles launchers and ``kernel`` with ``args`` is the first of its signature here;
+    the thread (to join), or None."""
     if not compiled_per_signature() or not claim(cache_folder(), signature_key(kernel, args)):
         return None
 
     def run() -> None:
         try:
-            probe()
+            with torch.cuda.device(device):  # a new thread starts on GPU 0
+                probe()
         except Exception as exc:  # noqa: BLE001 - the real compile builds the launcher then
             log.debug("early launcher build failed: %s", exc)
 
