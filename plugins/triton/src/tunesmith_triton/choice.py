@@ -352,8 +352,8 @@ class TritonChoice:
         kernel signature (None for another template, or when this is it)."""
         if self.spec.template not in TEMPLATES or self.config == SMALL:
             return None
-        return TritonChoice(ChoiceSpec(self.spec.backend, self.spec.template, SMALL.params()), self.problem,
-                            self.precision, self.sms)  # fmt: skip
+        spec = ChoiceSpec(self.spec.backend, self.spec.template, SMALL.params())
+        return TritonChoice(spec, self.problem, self.precision, self.sms)
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         def run(*tensors: torch.Tensor) -> torch.Tensor:
