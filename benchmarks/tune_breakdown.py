@@ -169,7 +169,7 @@ def main() -> int:
             subprocess.run(command, env=env, check=True)
         return 0
     lines = []
-    runs = [("6", mode) for mode in args.modes.split(",")] + [("none", mode) for mode in args.modes.split(",")]
+    runs = [(prune, mode) for prune in ("6", "none") for mode in args.modes.split(",")]
     for name in args.cases.split(","):
         for prune, mode in [("-", "-")] if args.compile_split else runs:
             root = tempfile.mkdtemp(prefix="breakdown_")
