@@ -56,10 +56,11 @@ def replay(case: dict[str, Any], prune: int, window: float | None, estimates: di
     """The choices pruning keeps from the case's exhaustive timings (ATen's always); the best kept
     time over the best of all, and the same among the modelled choices alone (what pruning
     decides, whichever wins)."""
+    from tunesmith.cost.prune import lowest
+
     times = {spec: ms for spec, ms, _ in case["choices"]}
-    modelled = sorted((s for s in times if s in estimates), key=lambda s: estimates[s])
-    bound = estimates[modelled[0]] * (1 + window) if window is not None and modelled else float("inf")
-    kept = [s for s in modelled[:prune] if estimates[s] <= bound]
+    modelled = [s for s in times if s in estimates]
+    kept = lowest({s: estimates[s] for s in modelled}, prune, window)
     out = {"kept": len(kept) + len(times) - len(modelled)}  # ATen's, and anything without an estimate
     out["best_kept_vs_best"] = min([times[s] for s in kept] + [t for s, t in times.items() if s not in estimates])
     out["best_kept_vs_best"] /= min(times.values())

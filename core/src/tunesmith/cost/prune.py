@@ -13,7 +13,8 @@ turns pruning off for that Problem (logged): the cost model orders work, it must
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import torch
 
@@ -28,6 +29,17 @@ log = logging.getLogger(__name__)
 #: Replayed on the H100's exhaustive tunes of the GEMM set, 10% leaves out a quarter of the
 #: choices and no case's best (``benchmarks/prune_replay.py``, results/prune_replay_*.json).
 WINDOW = 0.10
+
+K = TypeVar("K")
+
+
+def lowest(estimates: Mapping[K, float], count: int, window: float | None = WINDOW) -> set[K]:
+    """The ``count`` keys of lowest estimate (ties: the earlier key), less any more than ``window``
+    above the lowest (None: no window)."""
+    order = sorted(estimates, key=estimates.__getitem__)  # stable: ties keep their order
+    best = estimates[order[0]] if order else 0.0
+    bound = best * (1 + window) if window is not None and best > 0 else float("inf")
+    return {k for k in order[:count] if estimates[k] <= bound}
 
 
 def prune(choices: Sequence[Choice], options: Options, device: torch.device) -> list[Choice]:
@@ -51,9 +63,7 @@ def prune(choices: Sequence[Choice], options: Options, device: torch.device) -> 
         ms = hooks.estimate_runtime(choices[i], profile, options)
         if ms is not None:
             estimates[i] = ms
-    order = sorted(estimates, key=lambda i: (estimates[i], i))
-    bound = estimates[order[0]] * (1 + WINDOW) if order and estimates[order[0]] > 0 else float("inf")
-    kept = {i for i in order[: options.prune] if estimates[i] <= bound}
+    kept = lowest(estimates, options.prune)
     survivors = [c for i, c in enumerate(choices) if i in kept or i not in estimates]
     bump("choices_pruned", len(choices) - len(survivors))
     log.debug("pruned %d of %d choices by the cost model", len(choices) - len(survivors), len(choices))
