@@ -115,6 +115,58 @@ def test_every_aten_choice_of_mm_plus_mm_is_right():
         assert relative_error(out, reference(problem, inputs)) <= 1e-5
 
 
+def _on_gpu(problem):
+    """The same Problem as if its tensors were on a GPU (choices are offered from metadata alone)."""
+    import attrs
+
+    to_gpu = lambda m: attrs.evolve(m, device="cuda")  # noqa: E731
+    return attrs.evolve(problem, inputs=[to_gpu(m) for m in problem.inputs], output=to_gpu(problem.output))
+
+
+@pytest.mark.parametrize(
+    ("bias_shape", "epilogue", "dtype", "fused"),
+    [
+        ((40,), ["relu"], torch.float32, True),
+        ((40,), ["gelu_tanh", ("mul", 2.0)], torch.bfloat16, True),
+        ((40,), ["gelu_tanh"], torch.float32, False),
+        ((40,), ["gelu"], torch.float16, False),
+        ((40,), [("mul", 2.0), "relu"], torch.float32, False),
+        ((33, 40), ["relu"], torch.float32, False),
+        ((40,), [], torch.float32, False),
+    ],
+)
+def test_aten_offers_addmm_activation_where_cublaslt_can_finish_the_step(bias_shape, epilogue, dtype, fused):
+    """On a GPU, torch's ``_addmm_activation`` applies relu, or in a half type tanh-GELU (its only
+    GELU there), in cuBLASLt's epilogue when the bias is 1-D; anything else, or the CPU, gets no
+    such choice."""
+    from tunesmith_aten import tunesmith_choices, tunesmith_rebuild_choice
+    from tunesmith_hookspecs import ChoiceSpec
+
+    tensors = [rand(*bias_shape, dtype=dtype), rand(33, 20, dtype=dtype), rand(20, 40, dtype=dtype)]
+    problem, _ = build_problem("addmm", tensors, {}, epilogue)
+    spec = ChoiceSpec("aten", "addmm_activation")
+    assert spec not in [c.spec for c in tunesmith_choices(problem, None)]
+    assert tunesmith_rebuild_choice(spec, problem) is None
+    gpu = _on_gpu(problem)
+    assert (spec in [c.spec for c in tunesmith_choices(gpu, None)]) == fused
+    assert (tunesmith_rebuild_choice(spec, gpu) is not None) == fused
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_aten_addmm_activation_matches_the_reference(dtype):
+    """Its kernel (the relu form runs on the CPU too): the fused step, the rest of the epilogue
+    after it, alpha and beta, and the output dtype."""
+    from tunesmith_aten import AtenChoice
+    from tunesmith_hookspecs import ChoiceSpec
+
+    tensors = [rand(40, dtype=dtype), rand(33, 20, dtype=dtype), rand(20, 40, dtype=dtype)]
+    epilogue = ["relu", ("mul", 0.5), ("cast", torch.float32)]
+    problem, inputs = build_problem("addmm", tensors, {"alpha": 0.75, "beta": 1.5}, epilogue)
+    out = AtenChoice(ChoiceSpec("aten", "addmm_activation"), problem).kernel()(*inputs)
+    assert out.dtype == torch.float32 and out.is_contiguous()
+    assert relative_error(out, reference(problem, inputs)) <= tolerance(problem)
+
+
 def test_reference_catches_a_wrong_result():
     """The measure used above fails a result off by 1e-2, and any NaN."""
     tensors = [rand(30, 40), rand(40, 50)]

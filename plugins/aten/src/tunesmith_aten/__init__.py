@@ -1,7 +1,9 @@
 """tunesmith-aten: torch's own kernels (cuBLAS, cuDNN, the CPU's) as choices.
 
-The always-correct baseline: every op on every device torch supports. Two choices where torch
-offers two ways (mm_plus_mm as two mm and an add, or an mm fed into addmm).
+The always-correct baseline: every op on every device torch supports. More choices where torch
+offers more ways: mm_plus_mm as two mm and an add, or an mm fed into addmm; on a GPU, addmm
+followed by relu or tanh-GELU as one ``torch._addmm_activation`` call, which cuBLASLt can finish
+in its epilogue.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import torch
 
-from tunesmith.ops import finish, run
+from tunesmith.ops import apply_steps, finish, run
 from tunesmith.problem import scratch_like
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, hookimpl
 
@@ -25,10 +27,33 @@ def _mm_then_addmm(problem: Problem, t: Sequence[torch.Tensor]) -> torch.Tensor:
     return finish(problem, torch.addmm(torch.mm(t[0], t[1]), t[2], t[3]), t)
 
 
-#: template -> the ops it serves and its implementation
-TEMPLATES: dict[str, tuple[tuple[str, ...], Callable[[Problem, Sequence[torch.Tensor]], torch.Tensor]]] = {
-    "eager": (("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv"), run),
-    "mm_then_addmm": (("mm_plus_mm",), _mm_then_addmm),
+#: the first epilogue step ``torch._addmm_activation`` computes, to its ``use_gelu``. On CUDA torch
+#: takes its GELU for the tanh form (never the erf ``gelu``); cuBLASLt does not document its
+#: formula, so it is offered only where the tolerance is a half type's.
+ACTIVATIONS = {"relu": False, "gelu_tanh": True}
+
+
+def _fuses_activation(problem: Problem) -> bool:
+    """An addmm on a GPU, with a 1-D bias, whose epilogue starts with a step cuBLASLt can apply
+    (elsewhere ``_addmm_activation`` is addmm and the step apart, and its GELU the erf form)."""
+    if problem.op != "addmm" or problem.device != "cuda" or len(problem.inputs[0].shape) != 1 or not problem.epilogue:
+        return False
+    first = problem.epilogue[0].name
+    return first == "relu" or (first == "gelu_tanh" and problem.inputs[1].dtype in ("float16", "bfloat16"))
+
+
+def _addmm_activation(problem: Problem, t: Sequence[torch.Tensor]) -> torch.Tensor:
+    first, rest = problem.epilogue[0], problem.epilogue[1:]
+    alpha, beta = problem.scalar("alpha", 1.0), problem.scalar("beta", 1.0)
+    out = torch._addmm_activation(t[0], t[1], t[2], beta=beta, alpha=alpha, use_gelu=ACTIVATIONS[first.name])
+    return apply_steps(rest, out, t).to(getattr(torch, problem.output.dtype)).contiguous()
+
+
+#: template -> whether it serves a Problem, and its implementation
+TEMPLATES: dict[str, tuple[Callable[[Problem], bool], Callable[[Problem, Sequence[torch.Tensor]], torch.Tensor]]] = {
+    "eager": (lambda p: p.op in ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv"), run),
+    "mm_then_addmm": (lambda p: p.op == "mm_plus_mm", _mm_then_addmm),
+    "addmm_activation": (_fuses_activation, _addmm_activation),
 }
 
 
@@ -83,14 +108,12 @@ def _direct(problem: Problem) -> Callable[..., torch.Tensor] | None:
 
 @hookimpl
 def tunesmith_choices(problem: Problem, options: object) -> list[Choice]:
-    return [
-        AtenChoice(ChoiceSpec(NAME, template), problem) for template, (ops, _) in TEMPLATES.items() if problem.op in ops
-    ]
+    return [AtenChoice(ChoiceSpec(NAME, t), problem) for t, (serves, _) in TEMPLATES.items() if serves(problem)]
 
 
 @hookimpl
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
-    if spec.backend != NAME or spec.template not in TEMPLATES or problem.op not in TEMPLATES[spec.template][0]:
+    if spec.backend != NAME or spec.template not in TEMPLATES or not TEMPLATES[spec.template][0](problem):
         return None
     return AtenChoice(spec, problem)
 
