@@ -123,28 +123,36 @@ def _on_gpu(problem):
     return attrs.evolve(problem, inputs=[to_gpu(m) for m in problem.inputs], output=to_gpu(problem.output))
 
 
+ADDMM_ACTIVATION = "addmm_activation"
+
+
 @pytest.mark.parametrize(
-    ("bias_shape", "epilogue", "dtype", "fused"),
+    ("op", "bias_shape", "epilogue", "dtype", "beta", "fused"),
     [
-        ((40,), ["relu"], torch.float32, True),
-        ((40,), ["gelu_tanh", ("mul", 2.0)], torch.bfloat16, True),
-        ((40,), ["gelu_tanh"], torch.float32, False),
-        ((40,), ["gelu"], torch.float16, False),
-        ((40,), [("mul", 2.0), "relu"], torch.float32, False),
-        ((33, 40), ["relu"], torch.float32, False),
-        ((40,), [], torch.float32, False),
+        ("addmm", (40,), ["relu"], torch.float32, 1.0, True),
+        ("addmm", (40,), ["gelu_tanh", ("mul", 2.0)], torch.bfloat16, 1.0, True),
+        ("addmm", (40,), ["gelu_tanh"], torch.float32, 1.0, False),
+        ("addmm", (40,), ["gelu"], torch.float16, 1.0, False),
+        ("addmm", (40,), [("mul", 2.0), "relu"], torch.float32, 1.0, False),
+        ("addmm", (40,), [], torch.float32, 1.0, False),
+        ("addmm", (33, 40), ["relu"], torch.float32, 1.0, False),
+        ("addmm", (1,), ["relu"], torch.float32, 1.0, False),
+        ("addmm", (40,), ["relu"], torch.float32, 1.5, False),
+        ("baddbmm", (40,), ["relu"], torch.float32, 1.0, False),
     ],
 )
-def test_aten_offers_addmm_activation_where_cublaslt_can_finish_the_step(bias_shape, epilogue, dtype, fused):
-    """On a GPU, torch's ``_addmm_activation`` applies relu, or in a half type tanh-GELU (its only
-    GELU there), in cuBLASLt's epilogue when the bias is 1-D; anything else, or the CPU, gets no
-    such choice."""
+def test_aten_offers_addmm_activation_where_cublaslt_finishes_the_step(op, bias_shape, epilogue, dtype, beta, fused):
+    """On a GPU, torch's ``_addmm_activation`` applies relu, or tanh-GELU (its only GELU there),
+    in cuBLASLt's epilogue for beta 1 and a bias of length N; offered there, in half types only for
+    GELU, and nowhere else (the CPU included)."""
     from tunesmith_aten import tunesmith_choices, tunesmith_rebuild_choice
     from tunesmith_hookspecs import ChoiceSpec
 
-    tensors = [rand(*bias_shape, dtype=dtype), rand(33, 20, dtype=dtype), rand(20, 40, dtype=dtype)]
-    problem, _ = build_problem("addmm", tensors, {}, epilogue)
-    spec = ChoiceSpec("aten", "addmm_activation")
+    a, b = rand(33, 20, dtype=dtype), rand(20, 40, dtype=dtype)
+    if op == "baddbmm":  # (K = N, so that only the op tells it from an addmm)
+        a, b = rand(2, 33, 40, dtype=dtype), rand(2, 40, 40, dtype=dtype)
+    problem, _ = build_problem(op, [rand(*bias_shape, dtype=dtype), a, b], {"beta": beta}, epilogue)
+    spec = ChoiceSpec("aten", ADDMM_ACTIVATION)
     assert spec not in [c.spec for c in tunesmith_choices(problem, None)]
     assert tunesmith_rebuild_choice(spec, problem) is None
     gpu = _on_gpu(problem)
@@ -152,19 +160,60 @@ def test_aten_offers_addmm_activation_where_cublaslt_can_finish_the_step(bias_sh
     assert (tunesmith_rebuild_choice(spec, gpu) is not None) == fused
 
 
+def _addmm_activation_case(dtype, first, device="cpu"):
+    """An addmm (alpha 0.75) whose epilogue goes on past ``first``: a tensor operand, a cast."""
+    with torch.device(device):
+        tensors = [rand(40, dtype=dtype), rand(33, 20, dtype=dtype), rand(20, 40, dtype=dtype)]
+        epilogue = [first, ("add", rand(33, 40, dtype=dtype)), ("mul", 0.5), ("cast", torch.float32)]
+    return build_problem("addmm", tensors, {"alpha": 0.75}, epilogue)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_aten_addmm_activation_matches_the_reference(dtype):
-    """Its kernel (the relu form runs on the CPU too): the fused step, the rest of the epilogue
-    after it, alpha and beta, and the output dtype."""
+    """Its kernel, in the relu form (on the CPU, where relu means the same): the step, the rest of
+    the epilogue after it with its tensor operand, alpha, and the output dtype."""
     from tunesmith_aten import AtenChoice
     from tunesmith_hookspecs import ChoiceSpec
 
-    tensors = [rand(40, dtype=dtype), rand(33, 20, dtype=dtype), rand(20, 40, dtype=dtype)]
-    epilogue = ["relu", ("mul", 0.5), ("cast", torch.float32)]
-    problem, inputs = build_problem("addmm", tensors, {"alpha": 0.75, "beta": 1.5}, epilogue)
-    out = AtenChoice(ChoiceSpec("aten", "addmm_activation"), problem).kernel()(*inputs)
+    problem, inputs = _addmm_activation_case(dtype, "relu")
+    out = AtenChoice(ChoiceSpec("aten", ADDMM_ACTIVATION), problem).kernel()(*inputs)
     assert out.dtype == torch.float32 and out.is_contiguous()
     assert relative_error(out, reference(problem, inputs)) <= tolerance(problem)
+
+
+@pytest.mark.parametrize(("first", "use_gelu"), [("relu", False), ("gelu_tanh", True)])
+def test_aten_addmm_activation_asks_torch_for_its_step(monkeypatch, first, use_gelu):
+    """Which activation the kernel asks ``_addmm_activation`` for, and that only the steps after it
+    follow (recorded around the real call: on the CPU its GELU is the erf form, so only the GPU
+    test below checks GELU's values)."""
+    from tunesmith_aten import AtenChoice
+    from tunesmith_hookspecs import ChoiceSpec
+
+    asked, real = [], torch._addmm_activation
+
+    def record(*args, **kwargs):
+        asked.append((kwargs["use_gelu"], real(*args, **kwargs)))
+        return asked[-1][1]
+
+    monkeypatch.setattr(torch, "_addmm_activation", record)
+    problem, inputs = _addmm_activation_case(torch.float32, first)
+    out = AtenChoice(ChoiceSpec("aten", ADDMM_ACTIVATION), problem).kernel()(*inputs)
+    [(asked_gelu, activated)] = asked
+    assert asked_gelu == use_gelu
+    assert torch.equal(out, ((activated + inputs[3]) * 0.5).float())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuBLASLt's epilogue needs a GPU")
+@pytest.mark.parametrize(
+    ("dtype", "first"), [(torch.bfloat16, "gelu_tanh"), (torch.float16, "gelu_tanh"), (torch.float32, "relu")]
+)
+def test_aten_addmm_activation_matches_the_reference_on_a_gpu(dtype, first):
+    from tunesmith_aten import tunesmith_rebuild_choice
+    from tunesmith_hookspecs import ChoiceSpec
+
+    problem, inputs = _addmm_activation_case(dtype, first, "cuda")
+    choice = tunesmith_rebuild_choice(ChoiceSpec("aten", ADDMM_ACTIVATION), problem)
+    assert relative_error(choice.kernel()(*inputs), reference(problem, inputs)) <= tolerance(problem)
 
 
 def test_reference_catches_a_wrong_result():

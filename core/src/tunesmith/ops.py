@@ -81,9 +81,10 @@ def apply_steps(
     return out
 
 
-def finish(problem: Problem, out: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Apply the epilogue to the op's result ``out``; return the contiguous output of the output dtype."""
-    out = apply_epilogue(problem, out, tensors)
+def finish(problem: Problem, out: torch.Tensor, tensors: Sequence[torch.Tensor], done: int = 0) -> torch.Tensor:
+    """Apply the epilogue to the op's result ``out``, past its first ``done`` steps (which a kernel
+    applied itself); return the contiguous output of the output dtype."""
+    out = apply_steps(problem.epilogue[done:], out, tensors)
     return out.to(getattr(torch, problem.output.dtype)).contiguous()
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import torch
 
-from tunesmith.ops import apply_steps, finish, run
+from tunesmith.ops import finish, run
 from tunesmith.problem import scratch_like
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, hookimpl
 
@@ -29,24 +29,32 @@ def _mm_then_addmm(problem: Problem, t: Sequence[torch.Tensor]) -> torch.Tensor:
 
 #: the first epilogue step ``torch._addmm_activation`` computes, to its ``use_gelu``. On CUDA torch
 #: takes its GELU for the tanh form (never the erf ``gelu``); cuBLASLt does not document its
-#: formula, so it is offered only where the tolerance is a half type's.
+#: formula, so that one is offered only in half types, whose tolerance covers either form.
 ACTIVATIONS = {"relu": False, "gelu_tanh": True}
 
 
 def _fuses_activation(problem: Problem) -> bool:
-    """An addmm on a GPU, with a 1-D bias, whose epilogue starts with a step cuBLASLt can apply
-    (elsewhere ``_addmm_activation`` is addmm and the step apart, and its GELU the erf form)."""
-    if problem.op != "addmm" or problem.device != "cuda" or len(problem.inputs[0].shape) != 1 or not problem.epilogue:
+    """An addmm on a GPU whose first epilogue step cuBLASLt applies in its epilogue: torch takes
+    that path for beta 1, a contiguous bias of length N and M, K, N over 1 (elsewhere
+    ``_addmm_activation`` is addmm and the step apart, which ``eager`` already is)."""
+    if problem.op != "addmm" or problem.device != "cuda" or not problem.epilogue:
         return False
+    bias, a, b = problem.inputs[:3]
     first = problem.epilogue[0].name
-    return first == "relu" or (first == "gelu_tanh" and problem.inputs[1].dtype in ("float16", "bfloat16"))
+    return (
+        first in ACTIVATIONS
+        and (not ACTIVATIONS[first] or a.dtype in ("float16", "bfloat16"))
+        and problem.scalar("beta", 1.0) == 1
+        and bias.shape == (b.shape[1],)
+        and bias.stride == (1,)
+        and min(*a.shape, b.shape[1]) > 1
+    )
 
 
 def _addmm_activation(problem: Problem, t: Sequence[torch.Tensor]) -> torch.Tensor:
-    first, rest = problem.epilogue[0], problem.epilogue[1:]
     alpha, beta = problem.scalar("alpha", 1.0), problem.scalar("beta", 1.0)
-    out = torch._addmm_activation(t[0], t[1], t[2], beta=beta, alpha=alpha, use_gelu=ACTIVATIONS[first.name])
-    return apply_steps(rest, out, t).to(getattr(torch, problem.output.dtype)).contiguous()
+    use_gelu = ACTIVATIONS[problem.epilogue[0].name]
+    return finish(problem, torch._addmm_activation(t[0], t[1], t[2], beta=beta, alpha=alpha, use_gelu=use_gelu), t, 1)
 
 
 #: template -> whether it serves a Problem, and its implementation
