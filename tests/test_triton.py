@@ -283,8 +283,7 @@ def test_deterministic_mode_offers_no_split_k_and_keys_apart():
 
 def test_configs_of_a_template_share_a_launcher_key_and_the_first_precompile_claims_it(tmp_path):
     """The key of the signature's launcher (``launchers.py``): the same for every config of a
-    template on one Problem, small config included; another for another layout; claimed once."""
-    from tunesmith_triton.choice import SMALL
+    template on one Problem; another for another layout; claimed once."""
     from tunesmith_triton.launchers import claim, signature_key
 
     def key(template, params, problem, inputs):
@@ -298,7 +297,7 @@ def test_configs_of_a_template_share_a_launcher_key_and_the_first_precompile_cla
     mm, mm_inputs = build_problem("mm", [torch.randn(70, 40), torch.randn(40, 24)], {})
     variants = {"gemm": {**big, "split_k": 2}, "gemm_tma": {**big, "persistent": True}}
     for template, other in variants.items():
-        keys = {key(template, p, addmm, inputs) for p in (big, other, SMALL.params())}
+        keys = {key(template, p, addmm, inputs) for p in (big, other)}
         assert len(keys) == 1
         assert key(template, big, mm, mm_inputs) not in keys
     assert key("gemm", big, addmm, inputs) != key("gemm_tma", big, addmm, inputs)
@@ -306,27 +305,70 @@ def test_configs_of_a_template_share_a_launcher_key_and_the_first_precompile_cla
     assert claim(tmp_path, first) and not claim(tmp_path, first) and claim(tmp_path, key("gemm", big, mm, mm_inputs))
 
 
-def test_a_signature_is_built_early_once_and_a_failed_build_is_only_logged(tmp_path, monkeypatch, caplog):
-    """``build_early`` on a Triton that builds launchers: the first of a signature runs the probe on
-    a thread, the next does not; a probe that raises leaves the real compile to build it. On a
-    Triton that builds none, nothing runs."""
+def _as_triton_calls(hook, signature):
+    """Call Triton's compile hook as Triton 3.6's ``JITFunction._do_compile`` does."""
+    return hook(
+        key=("k",), repr="k", fn=None, compile={"signature": signature}, is_manual_warmup=True, already_compiled=False
+    )
+
+
+def test_a_signature_is_built_early_once_from_its_compile_and_a_failed_build_is_only_logged(
+    tmp_path, monkeypatch, caplog
+):
+    """``built_early`` on a Triton that builds launchers: around the first compile of a signature,
+    Triton's compile hook starts the launcher's build from the signature, once, on a thread,
+    joined on leaving; a compile on another thread starts nothing; a hook already installed is
+    still called, and is back afterwards. The next compile of that signature builds nothing, a
+    failing build is only logged, and on a Triton that builds no launchers nothing happens."""
     import logging
 
+    import triton
     from tunesmith_triton import launchers
 
-    ran = []
+    built, order, runtime = [], [], triton.knobs.runtime
     monkeypatch.setattr(launchers, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(launchers, "build_launcher", lambda sig: built.append((sig, threading.current_thread().name)))
+    monkeypatch.setattr(runtime, "jit_cache_hook", lambda **kw: order.append(kw["compile"]["signature"]) or "theirs")
+    theirs = runtime.jit_cache_hook
     monkeypatch.setattr(launchers, "compiled_per_signature", lambda: False)
-    assert launchers.build_early("k", [1], lambda: ran.append("none"), device=-1) is None
+    with launchers.built_early("k", [1]):
+        assert runtime.jit_cache_hook is theirs
     monkeypatch.setattr(launchers, "compiled_per_signature", lambda: True)
-    thread = launchers.build_early("k", [1], lambda: ran.append(threading.get_ident()), device=-1)
-    thread.join()
-    assert ran == [thread.ident]
-    assert launchers.build_early("k", [1], lambda: ran.append("again"), device=-1) is None
-
-    def broken() -> None:
-        raise RuntimeError("no compiler")
-
+    with launchers.built_early("k", [1]):
+        other = threading.Thread(target=_as_triton_calls, args=(runtime.jit_cache_hook, {"x": "i32"}))
+        other.start()
+        other.join()
+        assert _as_triton_calls(runtime.jit_cache_hook, {"a": "*fp16"}) == "theirs"
+        _as_triton_calls(runtime.jit_cache_hook, {"b": "*fp32"})
+    assert built == [({"a": "*fp16"}, "tunesmith-launcher")]
+    assert order == [{"x": "i32"}, {"a": "*fp16"}, {"b": "*fp32"}] and runtime.jit_cache_hook is theirs
+    with launchers.built_early("k", [1]):
+        assert runtime.jit_cache_hook is theirs  # claimed already
+    monkeypatch.setattr(launchers, "build_launcher", lambda sig: 1 / 0)
     caplog.set_level(logging.DEBUG, logger="tunesmith_triton.launchers")
-    launchers.build_early("k", [2], broken, device=-1).join()
-    assert "early launcher build failed: no compiler" in caplog.text and len(ran) == 1
+    with launchers.built_early("k", [2]):
+        _as_triton_calls(runtime.jit_cache_hook, {"a": "*fp16"})
+    assert "early launcher build failed: division by zero" in caplog.text and len(built) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="builds and loads a launcher on a GPU")
+def test_a_precompile_builds_its_launcher_once_on_the_early_thread(tmp_path, monkeypatch):
+    """On a Triton that builds launchers (3.6), in an empty cache, the launcher of a new signature
+    is built once, by the thread ``built_early`` starts; the kernel's load finds it cached."""
+    import attrs
+    import triton
+    import triton.runtime.build as build
+    from tunesmith_triton import launchers
+
+    if not launchers.compiled_per_signature():
+        pytest.skip(f"Triton {triton.__version__} builds no launcher per signature")
+    monkeypatch.setattr(triton.knobs.cache, "dir", str(tmp_path))
+    builds, real = [], build._build
+    record = lambda name, *args: builds.append((name, threading.current_thread().name)) or real(name, *args)  # noqa: E731
+    monkeypatch.setattr(build, "_build", record)
+    problem, _ = build_problem("addmm", [torch.randn(72), torch.randn(40, 24), torch.randn(24, 72)], {}, ["relu"])
+    on_gpu = lambda m: attrs.evolve(m, device="cuda")  # noqa: E731
+    problem = attrs.evolve(problem, inputs=[on_gpu(m) for m in problem.inputs], output=on_gpu(problem.output))
+    params = {"block_m": 32, "block_n": 64, "block_k": 32, "group_m": 8, "num_warps": 4, "num_stages": 2}
+    TritonChoice(ChoiceSpec("triton", "gemm", params), problem, "ieee", sms=132).precompile()
+    assert [b for b in builds if b[0] == "__triton_launcher"] == [("__triton_launcher", "tunesmith-launcher")]

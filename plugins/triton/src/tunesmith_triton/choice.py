@@ -22,7 +22,7 @@ from tunesmith_triton.kernels import (
     gemm_kernel,
     gemm_tma_kernel,
 )
-from tunesmith_triton.launchers import build_early
+from tunesmith_triton.launchers import built_early
 
 try:  # host-side TMA descriptors (Triton 3.4 and later)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -159,15 +159,14 @@ def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
 #: one kernel launch: the JIT function, its grid, its arguments and its constexprs and options
 Launch = tuple[Any, tuple[int, ...], tuple[Any, ...], dict[str, Any]]
 
-#: the config whose compile builds a signature's launcher early (``launchers.py``): small and quick
-SMALL = Config(32, 32, 32, 8, 4, 1)
-
 
 def _load(launches: Sequence[Launch]) -> None:
     """Compile each launch's kernel for its arguments and load it with its launcher, which Triton
-    would otherwise build and load on the first launch (in timing)."""
+    would otherwise build and load on the first launch (in timing); a new signature's launcher is
+    built while its kernel compiles (``launchers.py``)."""
     for kernel, grid, args, meta in launches:
-        compiled = kernel.warmup(*args, grid=grid, **meta)
+        with built_early(kernel, args):
+            compiled = kernel.warmup(*args, grid=grid, **meta)
         load = getattr(compiled, "_init_handles", None)
         if load is not None:
             load()
@@ -337,23 +336,7 @@ class TritonChoice:
         device = torch.device("cuda", torch.cuda.current_device())
         tensors = [scratch_like(m, device) for m in self.problem.inputs]
         out = self._output(tensors)
-        launches = self._launches(tensors, out, self._workspace(out))
-        small, early = self._small(), None
-        if small is not None:  # the signature's launcher, built while this config compiles
-            kernel, _, args, _ = launches[0]
-            probe = lambda: _load(small._launches(tensors, out, small._workspace(out)))  # noqa: E731
-            early = build_early(kernel, args, probe, device.index or 0)
-        _load(launches)
-        if early is not None:  # nothing of it left running when this choice is timed
-            early.join()
-
-    def _small(self) -> TritonChoice | None:
-        """This template at ``SMALL``, for the same Problem: quick to compile, and of the same
-        kernel signature (None for another template, or when this is it)."""
-        if self.spec.template not in TEMPLATES or self.config == SMALL:
-            return None
-        spec = ChoiceSpec(self.spec.backend, self.spec.template, SMALL.params())
-        return TritonChoice(spec, self.problem, self.precision, self.sms)
+        _load(self._launches(tensors, out, self._workspace(out)))
 
     def kernel(self) -> Callable[..., torch.Tensor]:
         def run(*tensors: torch.Tensor) -> torch.Tensor:

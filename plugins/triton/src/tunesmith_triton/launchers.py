@@ -1,21 +1,23 @@
-"""A kernel signature's launcher, built beside a tune's compiles instead of after them.
+"""A kernel signature's launcher, built beside its first compile instead of after it.
 
 Triton before 3.7 compiles a C launcher for each new kernel signature (about half a second on the
 H100 machine), on the first load of a kernel with that signature. Every config of a template
 shares the Problem's signature, and a tune's configs all finish compiling at about the same time,
 so each compile process would build that launcher only after its compile. Instead, the first
-precompile of a signature claims it (a marker file in Triton's cache folder) and compiles a small
-config of the same template on a thread: that compile is short, so the launcher is built while
-the real configs are still compiling, and they find it in Triton's cache.
+precompile of a signature claims it (a marker file in Triton's cache folder), and as its compile
+starts, the launcher is built from the signature alone on a thread, while the kernel compiles:
+no kernel is compiled for it, so it is ready about one C compile after the tune starts, and the
+other configs find it in Triton's cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,22 +82,82 @@ def claim(folder: Path, key: str) -> bool:
     return True
 
 
-def build_early(
-    kernel: Any, args: Sequence[Any], probe: Callable[[], None], device: int = 0
-) -> threading.Thread | None:
-    """Run ``probe`` (a small config's compile and load on GPU ``device``) on a thread when this
-    Triton compiles launchers and ``kernel`` with ``args`` is the first of its signature here;
-    the thread (to join), or None."""
-    if not compiled_per_signature() or not claim(cache_folder(), signature_key(kernel, args)):
-        return None
+def build_launcher(signature: dict[str, Any]) -> None:
+    """Build and cache the launcher of a kernel of this signature (Triton's, as the compile hook
+    sees it) as Triton 3.6 would at the kernel's first load: its C source depends only on the
+    arguments' types, and on whether tensor descriptors were lowered to TMA ones, which they are
+    wherever this plugin passes them (Hopper and later)."""
+    from triton.backends.nvidia import driver
+    from triton.runtime.build import compile_module_from_src
 
-    def run() -> None:
+    descriptors = sum(isinstance(kind, str) and kind.startswith("tensordesc") for kind in signature.values())
+    source = driver.make_launcher({}, signature, [True] * descriptors or None)
+    compile_module_from_src(
+        src=source,
+        name="__triton_launcher",
+        library_dirs=driver.library_dirs(),
+        include_dirs=driver.include_dirs,
+        libraries=driver.libraries,
+    )
+
+
+class _CompileHook:
+    """Triton's compile hook (one per process, installed while a ``built_early`` is open): it
+    starts what the compiling thread left pending, then calls the hook it displaced."""
+
+    def __init__(self) -> None:
+        self.lock, self.open, self.displaced = threading.Lock(), 0, None
+        self.pending = threading.local()
+
+    def __call__(self, **kwargs: Any) -> Any:
+        start = getattr(self.pending, "start", None)
+        if start is not None:
+            self.pending.start = None
+            start(dict(kwargs["compile"]["signature"]))
+        return self.displaced(**kwargs) if self.displaced is not None else None
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.open == 0:
+                self.displaced, triton.knobs.runtime.jit_cache_hook = triton.knobs.runtime.jit_cache_hook, self
+            self.open += 1
+
+    def leave(self) -> None:
+        self.pending.start = None
+        with self.lock:
+            self.open -= 1
+            if self.open == 0 and triton.knobs.runtime.jit_cache_hook is self:
+                triton.knobs.runtime.jit_cache_hook = self.displaced
+
+
+_HOOK = _CompileHook()
+
+
+@contextlib.contextmanager
+def built_early(kernel: Any, args: Sequence[Any]) -> Iterator[None]:
+    """Around the compile of ``kernel`` for ``args``: when this Triton builds launchers and this is
+    the first of its signature here, build that launcher on a thread as the compile starts
+    (joined on leaving; best effort: the kernel's load builds it otherwise)."""
+    if not compiled_per_signature() or not claim(cache_folder(), signature_key(kernel, args)):
+        yield
+        return
+    threads: list[threading.Thread] = []
+
+    def build(signature: dict[str, Any]) -> None:
         try:
-            with torch.cuda.device(device):  # a new thread starts on GPU 0
-                probe()
-        except Exception as exc:  # noqa: BLE001 - the real compile builds the launcher then
+            build_launcher(signature)
+        except Exception as exc:  # noqa: BLE001 - the kernel's load builds it then
             log.debug("early launcher build failed: %s", exc)
 
-    thread = threading.Thread(target=run, name="tunesmith-launcher", daemon=True)
-    thread.start()
-    return thread
+    def start(signature: dict[str, Any]) -> None:
+        threads.append(threading.Thread(target=build, args=(signature,), name="tunesmith-launcher", daemon=True))
+        threads[0].start()
+
+    _HOOK.enter()
+    _HOOK.pending.start = start
+    try:
+        yield
+    finally:
+        _HOOK.leave()
+        for thread in threads:
+            thread.join()
