@@ -53,18 +53,16 @@ def _source(kernel: Any, args: tuple[Any, ...], meta: dict[str, Any]) -> tuple[A
 
 
 def _launches(case: Any) -> list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
-    import attrs
     from tunesmith_triton import configs
     from tunesmith_triton.choice import TritonChoice
 
     from tunesmith import problemset
-    from tunesmith.problem import build_problem
+    from tunesmith.problem import build_problem, on_device
     from tunesmith_hookspecs import ChoiceSpec
 
     tensors, scalars = problemset.make_inputs(case, "cpu", seed=1)
     problem, inputs = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
-    gpu = lambda m: attrs.evolve(m, device="cuda")  # noqa: E731
-    problem = attrs.evolve(problem, inputs=[gpu(m) for m in problem.inputs], output=gpu(problem.output))
+    problem = on_device(problem, "cuda")
     out = []
     for template, config in configs.configs_for(problem, False):
         choice = TritonChoice(ChoiceSpec("triton", template, config.params()), problem, "tf32", SMS)

@@ -25,21 +25,19 @@ WINDOWS = (None, 0.05, 0.10, 0.15, 0.20)
 
 def _estimates(case_name: str, specs: list[str]) -> dict[str, float]:
     """This checkout's estimate of each Triton spec of the case, as on an H100 (SXM preset)."""
-    import attrs
     from tunesmith_triton.choice import TritonChoice, precision
     from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
 
     from tunesmith import problemset
     from tunesmith.cost.profiles import PRESETS
-    from tunesmith.problem import build_problem
+    from tunesmith.problem import build_problem, on_device
     from tunesmith_hookspecs import ChoiceSpec
 
     profile = PRESETS["H100-SXM"]
     case = {c.name: c for c in problemset.load(SHAPES)}[case_name]
     tensors, scalars = problemset.make_inputs(case, "meta", seed=1)
     problem, _ = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
-    metas = [attrs.evolve(m, device="cuda") for m in problem.inputs]
-    problem = attrs.evolve(problem, inputs=metas, output=attrs.evolve(problem.output, device="cuda"))
+    problem = on_device(problem, "cuda")
     out = {}
     for spec in specs:
         m = re.fullmatch(r"triton:(\w+)\[(.*)\]", spec)

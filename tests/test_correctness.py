@@ -8,7 +8,7 @@ import torch
 
 import tunesmith
 from tunesmith.ops import reference, relative_error, tolerance
-from tunesmith.problem import build_problem
+from tunesmith.problem import build_problem, on_device
 
 from conftest import rand
 
@@ -115,14 +115,6 @@ def test_every_aten_choice_of_mm_plus_mm_is_right():
         assert relative_error(out, reference(problem, inputs)) <= 1e-5
 
 
-def _on_gpu(problem):
-    """The same Problem as if its tensors were on a GPU (choices are offered from metadata alone)."""
-    import attrs
-
-    to_gpu = lambda m: attrs.evolve(m, device="cuda")  # noqa: E731
-    return attrs.evolve(problem, inputs=[to_gpu(m) for m in problem.inputs], output=to_gpu(problem.output))
-
-
 ADDMM_ACTIVATION = "addmm_activation"
 
 
@@ -155,7 +147,7 @@ def test_aten_offers_addmm_activation_where_cublaslt_finishes_the_step(op, bias_
     spec = ChoiceSpec("aten", ADDMM_ACTIVATION)
     assert spec not in [c.spec for c in tunesmith_choices(problem, None)]
     assert tunesmith_rebuild_choice(spec, problem) is None
-    gpu = _on_gpu(problem)
+    gpu = on_device(problem, "cuda")
     assert (spec in [c.spec for c in tunesmith_choices(gpu, None)]) == fused
     assert (tunesmith_rebuild_choice(spec, gpu) is not None) == fused
 

@@ -355,7 +355,6 @@ def test_a_signature_is_built_early_once_from_its_compile_and_a_failed_build_is_
 def test_a_precompile_builds_its_launcher_once_on_the_early_thread(tmp_path, monkeypatch):
     """On a Triton that builds launchers (3.6), in an empty cache, the launcher of a new signature
     is built once, by the thread ``built_early`` starts; the kernel's load finds it cached."""
-    import attrs
     import triton
     import triton.runtime.build as build
     from tunesmith_triton import launchers
@@ -366,9 +365,8 @@ def test_a_precompile_builds_its_launcher_once_on_the_early_thread(tmp_path, mon
     builds, real = [], build._build
     record = lambda name, *args: builds.append((name, threading.current_thread().name)) or real(name, *args)  # noqa: E731
     monkeypatch.setattr(build, "_build", record)
-    problem, _ = build_problem("addmm", [torch.randn(72), torch.randn(40, 24), torch.randn(24, 72)], {}, ["relu"])
-    on_gpu = lambda m: attrs.evolve(m, device="cuda")  # noqa: E731
-    problem = attrs.evolve(problem, inputs=[on_gpu(m) for m in problem.inputs], output=on_gpu(problem.output))
+    with torch.device("cuda"):
+        problem, _ = build_problem("addmm", [torch.randn(72), torch.randn(40, 24), torch.randn(24, 72)], {}, ["relu"])
     params = {"block_m": 32, "block_n": 64, "block_k": 32, "group_m": 8, "num_warps": 4, "num_stages": 2}
     TritonChoice(ChoiceSpec("triton", "gemm", params), problem, "ieee", sms=132).precompile()
     assert [b for b in builds if b[0] == "__triton_launcher"] == [("__triton_launcher", "tunesmith-launcher")]

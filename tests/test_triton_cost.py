@@ -7,7 +7,6 @@ import json
 import math
 import re
 
-import attrs
 import pytest
 import torch
 from tunesmith_triton.choice import Config, TritonChoice
@@ -16,7 +15,7 @@ import tunesmith
 from tunesmith import hooks, problemset
 from tunesmith.cost.profiles import PRESETS
 from tunesmith.cost.roofline import problem_cost
-from tunesmith.problem import build_problem
+from tunesmith.problem import build_problem, on_device
 from tunesmith_hookspecs import ChoiceSpec, Problem
 
 from conftest import REPO
@@ -30,7 +29,7 @@ def problem(m: int, n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> Prob
     """An mm Problem on "cuda" built from meta tensors (nothing is allocated)."""
     a, b = torch.empty(m, k, dtype=dtype, device="meta"), torch.empty(k, n, dtype=dtype, device="meta")
     built, _ = build_problem("mm", [a, b], {})
-    return attrs.evolve(built, output=attrs.evolve(built.output, device="cuda"))
+    return on_device(built, "cuda")
 
 
 def estimate(p: Problem, template: str, device=H100, **params) -> float:
@@ -82,7 +81,7 @@ def _case_problem(case: problemset.Case) -> Problem:
         ab = [mat(m, k, la), mat(k, n, lb)]
         tensors = {"addmm": [empty(n), *ab], "mm_plus_mm": [*ab, mat(m, k, la), mat(k, n, lb)]}.get(case.op, ab)
     built, _ = build_problem(case.op, tensors, {}, problemset.epilogue(case))
-    return attrs.evolve(built, output=attrs.evolve(built.output, device="cuda"))
+    return on_device(built, "cuda")
 
 
 def _spec(text: str) -> tuple[str, dict]:

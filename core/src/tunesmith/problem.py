@@ -48,6 +48,15 @@ def tensor_meta(t: torch.Tensor) -> TensorMeta:
     return TensorMeta(tuple(t.shape), tuple(t.stride()), dtype_name(t.dtype), t.device.type, t.storage_offset())
 
 
+def on_device(problem: Problem, device: str) -> Problem:
+    """The same Problem with every tensor on device type ``device``: choices are offered and
+    estimated from metadata alone, so a CPU can see what a GPU would be offered."""
+    import attrs
+
+    moved = [attrs.evolve(meta, device=device) for meta in problem.inputs]
+    return attrs.evolve(problem, inputs=moved, output=attrs.evolve(problem.output, device=device))
+
+
 def _storage_size(meta: TensorMeta) -> int:
     """Elements of the storage that ``meta``'s view reaches (its offset included)."""
     size = meta.storage_offset + 1 + sum((n - 1) * st for n, st in zip(meta.shape, meta.stride, strict=True))
