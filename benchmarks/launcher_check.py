@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import triton
+from prune_replay import SMS, as_h100
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.compiler import compile as triton_compile
@@ -30,17 +31,6 @@ from triton.runtime.jit import create_function_from_signature
 
 SHAPES = Path(__file__).with_name("gemm_shapes.json")
 TARGET = GPUTarget("cuda", 90, 32)
-SMS, SHARED = 132, 232448
-
-
-def _as_h100() -> None:
-    """What the plugin reads of the GPU, as an H100's (so that configs are made without one)."""
-    from tunesmith_triton import configs
-
-    torch.cuda.current_device = lambda: 0
-    torch.cuda.get_device_capability = lambda device=None: (9, 0)
-    configs.shared_memory = lambda device: SHARED
-    configs.multiprocessors = lambda device: SMS
 
 
 def _source(kernel: Any, args: tuple[Any, ...], meta: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -139,7 +129,7 @@ def main() -> int:
 
     from tunesmith import problemset
 
-    _as_h100()
+    as_h100()
     cases = {c.name: c for c in problemset.load(SHAPES)}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({platform.machine()}, no GPU)"
     result: dict[str, Any] = {"device": device, "triton": triton.__version__, "torch": torch.__version__}

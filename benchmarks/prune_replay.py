@@ -5,8 +5,11 @@ The input is a ``cost_model.py`` result: its exhaustive tunes timed every choice
 the model's estimate. ``--estimate`` recomputes the Triton estimates with this checkout's model
 (for runs made with an older one; only the choices that run timed take part). A replay says
 what pruning would have kept; the tune time it saves is only measured by ``cost_model.py``.
+``--rank`` instead lists every Triton config the plugin offers a case on an H100, by this
+checkout's estimate (no GPU needed).
 
     python benchmarks/prune_replay.py RESULT.json [RESULT.json ...] [--estimate] [--json OUT]
+    python benchmarks/prune_replay.py --rank NAME[,NAME] [--json OUT]
 """
 
 from __future__ import annotations
@@ -23,31 +26,71 @@ from gemm import SHAPES
 WINDOWS = (None, 0.05, 0.10, 0.15, 0.20)
 
 
-def _estimates(case_name: str, specs: list[str]) -> dict[str, float]:
-    """This checkout's estimate of each Triton spec of the case, as on an H100 (SXM preset)."""
+SMS, SHARED = 132, 232448  # an H100's
+
+
+def as_h100() -> None:
+    """What the Triton plugin reads of the GPU, as an H100's (so that configs are made without one)."""
+    import torch
+    from tunesmith_triton import configs
+
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    configs.shared_memory = lambda device: SHARED
+    configs.multiprocessors = lambda device: SMS
+
+
+def _problem(case_name: str) -> Any:
+    """The case's Problem, on "cuda" (from meta tensors)."""
+    from tunesmith import problemset
+    from tunesmith.problem import build_problem, on_device
+
+    case = {c.name: c for c in problemset.load(SHAPES)}[case_name]
+    tensors, scalars = problemset.make_inputs(case, "meta", seed=1)
+    return on_device(build_problem(case.op, tensors, scalars, problemset.epilogue(case))[0], "cuda")
+
+
+def _estimate(problem: Any, template: str, params: dict[str, Any]) -> float:
+    """This checkout's estimate of one Triton config, as on an H100 (SXM preset)."""
     from tunesmith_triton.choice import TritonChoice, precision
     from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
 
-    from tunesmith import problemset
     from tunesmith.cost.profiles import PRESETS
-    from tunesmith.problem import build_problem, on_device
     from tunesmith_hookspecs import ChoiceSpec
 
     profile = PRESETS["H100-SXM"]
-    case = {c.name: c for c in problemset.load(SHAPES)}[case_name]
-    tensors, scalars = problemset.make_inputs(case, "meta", seed=1)
-    problem, _ = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
-    problem = on_device(problem, "cuda")
-    out = {}
+    choice = TritonChoice(ChoiceSpec("triton", template, params), problem, precision(problem), SMS)
+    return estimate_ms(
+        template, choice.config, work_of(choice), problem, profile, profile.multiprocessors, SHARED_MEMORY
+    )
+
+
+def _estimates(case_name: str, specs: list[str]) -> dict[str, float]:
+    """This checkout's estimate of each Triton spec of the case."""
+    problem, out = _problem(case_name), {}
     for spec in specs:
         m = re.fullmatch(r"triton:(\w+)\[(.*)\]", spec)
         if m is None:
             continue
         params = {k: json.loads(v.lower()) for k, v in (kv.split("=") for kv in m.group(2).split(","))}
-        choice = TritonChoice(ChoiceSpec("triton", m.group(1), params), problem, precision(problem), 132)
-        config, sms = choice.config, profile.multiprocessors
-        out[spec] = estimate_ms(m.group(1), config, work_of(choice), problem, profile, sms, SHARED_MEMORY)
+        out[spec] = _estimate(problem, m.group(1), params)
     return out
+
+
+def rank(case_name: str) -> list[tuple[str, float, float]]:
+    """Every Triton config offered for the case on an H100: (spec, estimate ms, over the best), best first."""
+    from tunesmith_triton import configs
+
+    from tunesmith_hookspecs import ChoiceSpec
+
+    as_h100()
+    problem = _problem(case_name)
+    found = [
+        (str(ChoiceSpec("triton", t, c.params())), _estimate(problem, t, dict(c.params())))
+        for t, c in configs.configs_for(problem, False)
+    ]
+    found.sort(key=lambda row: row[1])
+    return [(spec, ms, ms / found[0][1]) for spec, ms in found]
 
 
 def replay(case: dict[str, Any], prune: int, window: float | None, estimates: dict[str, float]) -> dict[str, Any]:
@@ -69,11 +112,20 @@ def replay(case: dict[str, Any], prune: int, window: float | None, estimates: di
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", nargs="+")
+    parser.add_argument("results", nargs="*")
+    parser.add_argument("--rank", help="comma-separated case names: their configs by estimate")
     parser.add_argument("--prune", type=int, default=6)
     parser.add_argument("--estimate", action="store_true", help="estimate with this checkout's model")
     parser.add_argument("--json", help="write the replay here")
     args = parser.parse_args()
+    if args.rank:
+        ranked = {name: rank(name) for name in args.rank.split(",")}
+        for name, rows_ in ranked.items():
+            print(name, *(f"  {over:.3f} {ms:.4f} {spec}" for spec, ms, over in rows_), sep="\n")
+        if args.json:
+            out = {"device": "CPU: the estimates for an H100 (H100-SXM preset, 132 SMs)", "cases": ranked}
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
     rows = []
     for path in args.results:
         for case in json.loads(Path(path).read_text())["cases"]:
