@@ -34,8 +34,8 @@ def main(source: str, target: str) -> int:
     ax.set_ylabel("speedup (time of the other / tunesmith's)")
     ax.set_title(
         f"tunesmith (aten + triton) on {result['device']}, torch {result['torch']}, triton {result['triton']}: "
-        f"geomean {summary['geomean_speedup_vs_aten']:.3f}x over ATen, "
-        f"{summary.get('geomean_speedup_vs_inductor', float('nan')):.3f}x over Inductor",
+        f"geomean {summary['geomean_speedup_vs_aten']:.4f}x over ATen, "
+        f"{summary.get('geomean_speedup_vs_inductor', float('nan')):.4f}x over Inductor",
         fontsize=9,
     )
     ax.legend()
