@@ -3,7 +3,8 @@ and how far the best kept time is from the exhaustive tune's best, per case.
 
 The input is a ``cost_model.py`` result: its exhaustive tunes timed every choice, each next to
 the model's estimate. ``--estimate`` recomputes the Triton estimates with this checkout's model
-(for runs made with an older one; only the choices that run timed take part). A replay says
+(for runs made with an older one; only the choices that run timed take part), and ATen's, for the
+ceiling (``prune.BASELINE_CEILING``); without it there is no ceiling. A replay says
 what pruning would have kept; the tune time it saves is only measured by ``cost_model.py``.
 ``--rank`` instead lists every Triton config the plugin offers a case on an H100, by this
 checkout's estimate (no GPU needed).
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from gemm import SHAPES
+from gemm import PRECISION, SHAPES
 
 WINDOWS = (None, 0.05, 0.10, 0.15, 0.20)
 
@@ -65,16 +67,26 @@ def _estimate(problem: Any, template: str, params: dict[str, Any]) -> float:
     )
 
 
-def _estimates(case_name: str, specs: list[str]) -> dict[str, float]:
-    """This checkout's estimate of each Triton spec of the case."""
+def _estimates(case_name: str, specs: list[str]) -> tuple[dict[str, float], float]:
+    """This checkout's estimate of each Triton spec of the case, and the ceiling ATen's estimate
+    sets (H100-SXM preset)."""
+    import torch
+
+    from tunesmith.cost.profiles import PRESETS
+    from tunesmith.cost.prune import baseline_ceiling
+    from tunesmith_aten.cost import estimate_ms
+
+    torch.set_float32_matmul_precision(PRECISION)  # as the runs had it: float32 estimates at TF32's peak
     problem, out = _problem(case_name), {}
+    aten = [s.split(":", 1)[1] for s in specs if s.startswith("aten:")]
+    ceiling = baseline_ceiling([estimate_ms(problem, template, PRESETS["H100-SXM"]) for template in aten])
     for spec in specs:
         m = re.fullmatch(r"triton:(\w+)\[(.*)\]", spec)
         if m is None:
             continue
         params = {k: json.loads(v.lower()) for k, v in (kv.split("=") for kv in m.group(2).split(","))}
         out[spec] = _estimate(problem, m.group(1), params)
-    return out
+    return out, ceiling
 
 
 def rank(case_name: str) -> list[tuple[str, float, float]]:
@@ -93,7 +105,9 @@ def rank(case_name: str) -> list[tuple[str, float, float]]:
     return [(spec, ms, ms / found[0][1]) for spec, ms in found]
 
 
-def replay(case: dict[str, Any], prune: int, window: float | None, estimates: dict[str, float]) -> dict[str, Any]:
+def replay(
+    case: dict[str, Any], prune: int, window: float | None, estimates: dict[str, float], ceiling: float = math.inf
+) -> dict[str, Any]:
     """The choices pruning keeps from the case's exhaustive timings (ATen's always); the best kept
     time over the best of all, and the same among the modelled choices alone (what pruning
     decides, whichever wins)."""
@@ -101,7 +115,7 @@ def replay(case: dict[str, Any], prune: int, window: float | None, estimates: di
 
     times = {spec: ms for spec, ms, _ in case["choices"]}
     modelled = [s for s in times if s in estimates]
-    kept = lowest({s: estimates[s] for s in modelled}, prune, window)
+    kept = lowest({s: estimates[s] for s in modelled}, prune, window, ceiling)
     out = {"kept": len(kept) + len(times) - len(modelled)}  # ATen's, and anything without an estimate
     out["best_kept_vs_best"] = min([times[s] for s in kept] + [t for s, t in times.items() if s not in estimates])
     out["best_kept_vs_best"] /= min(times.values())
@@ -130,13 +144,14 @@ def main() -> int:
     for path in args.results:
         for case in json.loads(Path(path).read_text())["cases"]:
             specs = [spec for spec, _, _ in case["choices"]]
+            ceiling = math.inf
             if args.estimate:
-                estimates = _estimates(case["name"], specs)
+                estimates, ceiling = _estimates(case["name"], specs)
             else:
                 estimates = {spec: est for spec, _, est in case["choices"] if est is not None}
             row: dict[str, Any] = {"source": Path(path).name, "name": case["name"], "choices": len(specs)}
             for window in WINDOWS:
-                row[f"window_{window}"] = replay(case, args.prune, window, estimates)
+                row[f"window_{window}"] = replay(case, args.prune, window, estimates, ceiling)
             rows.append(row)
             cells = "  ".join(
                 f"{w}: {r['kept']}, {r['best_kept_vs_best']:.3f}/{r.get('modelled_best_kept_vs_best', 1):.3f}"

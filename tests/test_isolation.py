@@ -178,6 +178,32 @@ def test_the_worker_is_reused_across_problems(install):
     assert worker.proc.pid != os.getpid()
 
 
+def test_atens_choices_are_readied_here_while_the_worker_compiles_and_before_it_times(install, monkeypatch):
+    import tunesmith_aten
+    from tunesmith.bench import isolated
+
+    events: list[tuple[str, str]] = []
+    precompile, time_one = tunesmith_aten.AtenChoice.precompile, isolated.IsolatedRun.time
+
+    def readied(self):
+        events.append(("aten precompile", threading.current_thread().name))
+        return precompile(self)
+
+    def timed(self, i, best_ms):
+        events.append(("worker times", threading.current_thread().name))
+        return time_one(self, i, best_ms)
+
+    monkeypatch.setattr(tunesmith_aten.AtenChoice, "precompile", readied)
+    monkeypatch.setattr(isolated.IsolatedRun, "time", timed)
+    install("bench")
+    sel = tunesmith.tune("mm", rand(16, 16), rand(16, 16), options={**SUBPROCESS, "backends": ["aten"]})
+    assert sel.spec.backend == "aten"
+    # Once, off the main thread, before the first timing; loading the winner does not repeat it.
+    assert events[0] == ("aten precompile", "tunesmith-ready-here")
+    assert [e for e, _ in events].count("aten precompile") == 1
+    assert events[1][0] == "worker times"
+
+
 def test_choices_of_a_run_time_plugin_are_timed_in_this_process(register):
     ran: list[tuple[int, int]] = []
 

@@ -1,5 +1,6 @@
 """Pruning by the cost model: only the best ``prune`` estimates are benchmarked (none far above the
-best), ATen's choices always are, and without a device profile nothing is pruned."""
+best, none far above ATen's), ATen's choices always are, and without a device profile nothing is
+pruned."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from tunesmith_hookspecs import ChoiceSpec, hookimpl
 from conftest import rand
 
 A, B = rand(24, 16), rand(16, 20)
+#: the modelled estimates below are in microseconds: ATen's for A @ B is about one launch (4 us)
+US = 1e-3
 
 
 @attrs.define
@@ -38,7 +41,10 @@ class ModelledBackend:
 
     @hookimpl
     def tunesmith_choices(self, problem, options):
-        return [Modelled(ChoiceSpec(self.name, "mm", {"i": i}), e) for i, e in enumerate(self.estimates)]
+        return [
+            Modelled(ChoiceSpec(self.name, "mm", {"i": i}), None if e is None else e * US)
+            for i, e in enumerate(self.estimates)
+        ]
 
     @hookimpl
     def tunesmith_estimate_runtime(self, node, device):
@@ -75,6 +81,20 @@ def test_choices_estimated_past_the_window_are_not_benchmarked_even_within_prune
     register(ModelledBackend(2.0, 1.0, 1.0 + WINDOW, 1.0 + 1.5 * WINDOW))
     register(CpuProfile(), "cpu_profile")
     sel = tunesmith.tune("mm", A, B, options={"prune": 3})  # (with 4 choices: pruning runs)
+    assert benchmarked(sel) == {("aten", None), ("modelled", 1), ("modelled", 2)}
+    assert tunesmith.counters["choices_pruned"] == 2
+
+
+def test_choices_estimated_past_the_ceiling_atens_estimate_sets_are_not_benchmarked(register):
+    from tunesmith.cost.prune import BASELINE_CEILING
+    from tunesmith.problem import build_problem
+    from tunesmith_aten.cost import estimate_ms
+
+    aten = estimate_ms(build_problem("mm", [A, B], {}, ())[0], "eager", PRESETS["H100-SXM"]) / US
+    over = aten * BASELINE_CEILING
+    register(ModelledBackend(over * 1.01, over * 0.99, over * 0.98, over * 1.2))
+    register(CpuProfile(), "cpu_profile")
+    sel = tunesmith.tune("mm", A, B, options={"prune": 3})  # all within the window of each other
     assert benchmarked(sel) == {("aten", None), ("modelled", 1), ("modelled", 2)}
     assert tunesmith.counters["choices_pruned"] == 2
 

@@ -33,7 +33,8 @@ BUDGET_EXHAUSTED = "not timed: budget_s ran out"
 _compiled_here: dict[int, weakref.ref[Any]] = {}
 
 
-def _mark_compiled(choice: Choice) -> None:
+def mark_compiled(choice: Choice) -> None:
+    """Note that ``choice`` was precompiled in this process (:func:`runnable` then skips it)."""
     key = id(choice)
     with contextlib.suppress(TypeError):  # a choice that takes no weak reference is compiled again
         _compiled_here[key] = weakref.ref(choice, lambda _: _compiled_here.pop(key, None))
@@ -47,7 +48,7 @@ def precompile_one(choice: Choice) -> str | None:
     except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
         bump("choice_failed")
         return f"precompile: {describe_error(exc)}"
-    _mark_compiled(choice)
+    mark_compiled(choice)
     return None
 
 

@@ -14,7 +14,7 @@ import collections
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -220,26 +220,36 @@ class IsolatedRun:
 
 
 def time_isolated(
-    problem: Problem, specs: Sequence[ChoiceSpec], options: Options, device: torch.device, start: float
+    problem: Problem,
+    specs: Sequence[ChoiceSpec],
+    options: Options,
+    device: torch.device,
+    start: float,
+    before_timing: Callable[[], None] = lambda: None,
 ) -> tuple[list[Timing], float]:
     """Precompile and time ``specs`` in ``device``'s worker: one Timing each, in order, and the
-    budget's start moved past any worker start-up (for the choices timed after these)."""
+    budget's start moved past any worker start-up (for the choices timed after these).
+    ``before_timing`` is called once every precompile has finished, before the first timing."""
     slot = pool.slot(device)
     with slot.lock:
         run = IsolatedRun(slot, problem, specs, options, start)
         try:
-            return _precompile_and_time(run, specs, options), run.start
+            return _precompile_and_time(run, specs, options, before_timing), run.start
         except BaseException:
             slot.discard()  # interrupted mid-job: its late replies must not reach the next run
             raise
 
 
-def _precompile_and_time(run: IsolatedRun, specs: Sequence[ChoiceSpec], options: Options) -> list[Timing]:
+def _precompile_and_time(
+    run: IsolatedRun, specs: Sequence[ChoiceSpec], options: Options, before_timing: Callable[[], None]
+) -> list[Timing]:
     try:
         errors = run.precompile()
     except SetupFailed as exc:
         bump("benchmark_crash")
         return [Timing(s, math.inf, str(exc)) for s in specs]
+    finally:
+        before_timing()
     timings: list[Timing] = []
     best: float | None = None
     broken: str | None = None

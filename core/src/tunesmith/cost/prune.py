@@ -6,13 +6,16 @@ side of it costs compile time (the largest part of a cold tune) and does not cha
 The window compares every backend's estimates alike, so it trusts each model's scale as much as
 the ranking does. ATen's choices are always kept (they are the baseline every answer is measured
 against), and so are the choices no plugin estimates: a backend without a model is benchmarked
-rather than dropped. Neither counts against ``prune``. A device profile or roofline that fails
+rather than dropped. Where ATen estimates its own choices, none estimated more than
+``BASELINE_CEILING`` times ATen's best is kept: ATen is timed anyway, and the models are not that
+far off. Neither counts against ``prune``. A device profile or roofline that fails
 turns pruning off for that Problem (logged): the cost model orders work, it must not stop it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -24,30 +27,45 @@ from tunesmith.options import Options
 from tunesmith_hookspecs import Choice
 
 log = logging.getLogger(__name__)
+BASELINE = hooks.BASELINE_BACKEND
 
 #: how far above the best estimate a choice may be estimated and still be benchmarked (a fraction).
 #: Replayed on the H100's exhaustive tunes of the GEMM set, 10% leaves out a quarter of the
 #: choices and no case's best (``benchmarks/prune_replay.py``, results/prune_replay_*.json).
 WINDOW = 0.10
 
+#: how many times ATen's best estimate a choice may be estimated and still be benchmarked. On the
+#: H100's GEMM set, ATen's estimate is 1.0 to 4.6x its measured time and the best Triton
+#: config's 0.9 to 1.8x its own; the ceiling drops Triton only on float32 (estimated 3.9x ATen,
+#: measured 3.8x and more), where its TF32 kernels cannot win (``prune_replay.py``).
+BASELINE_CEILING = 2.0
+
 K = TypeVar("K")
 
 
-def lowest(estimates: Mapping[K, float], count: int, window: float | None = WINDOW) -> set[K]:
+def lowest(
+    estimates: Mapping[K, float], count: int, window: float | None = WINDOW, ceiling: float = math.inf
+) -> set[K]:
     """The ``count`` keys of lowest estimate (ties: the earlier key), less any more than ``window``
-    above the lowest (None: no window)."""
+    above the lowest (None: no window) or above ``ceiling``."""
     order = sorted(estimates, key=estimates.__getitem__)  # stable: ties keep their order
     best = estimates[order[0]] if order else 0.0
-    bound = best * (1 + window) if window is not None and best > 0 else float("inf")
-    return {k for k in order[:count] if estimates[k] <= bound}
+    bound = best * (1 + window) if window is not None and best > 0 else math.inf
+    return {k for k in order[:count] if estimates[k] <= min(bound, ceiling)}
+
+
+def baseline_ceiling(baseline_estimates: Sequence[float | None]) -> float:
+    """``BASELINE_CEILING`` times the best of ATen's estimates (no ceiling without one)."""
+    known = [ms for ms in baseline_estimates if ms is not None and ms > 0]
+    return BASELINE_CEILING * min(known) if known else math.inf
 
 
 def prune(choices: Sequence[Choice], options: Options, device: torch.device) -> list[Choice]:
     """The choices worth benchmarking, in their given order: ATen's, those without an estimate,
     and of the others the ``options.prune`` with the lowest estimates, less any beyond ``WINDOW``
-    of the lowest. Every choice when ``prune`` is unset or the device has no profile (the CPU).
-    Counts ``choices_pruned``."""
-    ranked = [i for i, c in enumerate(choices) if c.spec.backend != hooks.BASELINE_BACKEND]
+    of the lowest or beyond ``BASELINE_CEILING`` times ATen's best. Every choice when ``prune`` is
+    unset or the device has no profile (the CPU). Counts ``choices_pruned``."""
+    ranked = [i for i, c in enumerate(choices) if c.spec.backend != BASELINE]
     if options.prune is None or len(ranked) <= options.prune:
         return list(choices)
     try:
@@ -63,7 +81,8 @@ def prune(choices: Sequence[Choice], options: Options, device: torch.device) -> 
         ms = hooks.estimate_runtime(choices[i], profile, options)
         if ms is not None:
             estimates[i] = ms
-    kept = lowest(estimates, options.prune)
+    baseline = [hooks.estimate_runtime(c, profile, options) for c in choices if c.spec.backend == BASELINE]
+    kept = lowest(estimates, options.prune, ceiling=baseline_ceiling(baseline))
     survivors = [c for i, c in enumerate(choices) if i in kept or i not in estimates]
     bump("choices_pruned", len(choices) - len(survivors))
     log.debug("pruned %d of %d choices by the cost model", len(choices) - len(survivors), len(choices))

@@ -16,7 +16,8 @@ import torch
 
 from tunesmith.ops import finish, run
 from tunesmith.problem import scratch_like
-from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, hookimpl
+from tunesmith_aten import cost
+from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, Problem, hookimpl
 
 NAME = "aten"
 
@@ -120,10 +121,18 @@ def tunesmith_choices(problem: Problem, options: object) -> list[Choice]:
 
 
 @hookimpl
+def tunesmith_estimate_runtime(node: object, device: DeviceInfo) -> float | None:
+    """ATen's choices by :mod:`tunesmith_aten.cost` (the kernels torch runs, at the roofline)."""
+    if not isinstance(node, AtenChoice):
+        return None
+    return cost.estimate_ms(node.problem, node.spec.template, device)
+
+
+@hookimpl
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
     if spec.backend != NAME or spec.template not in TEMPLATES or not TEMPLATES[spec.template][0](problem):
         return None
     return AtenChoice(spec, problem)
 
 
-__all__ = ["AtenChoice", "tunesmith_choices", "tunesmith_rebuild_choice"]
+__all__ = ["AtenChoice", "tunesmith_choices", "tunesmith_estimate_runtime", "tunesmith_rebuild_choice"]

@@ -4,7 +4,9 @@ A program computes one ``block_m x block_n`` tile (of one K slice, with split-K)
 runs at a fraction of the SM's peak that grows with the tile's arithmetic intensity; the SMs take
 the programs in waves, so a ragged last wave costs a whole one. The estimate is the slowest of
 three floors (the main loops plus the output stores they do not hide, the tiles' loads from L2,
-every byte once from HBM), plus a fixed cost per wave and per launch. The constants below were
+every byte once from HBM), plus a fixed cost per wave and per launch. The pointer template's
+loads are vector loads only where Triton can prove them aligned; elsewhere its main loop reads an
+element at a time. The constants below were
 set against the time of every config of the GEMM set on the H100 (the per-choice times that
 ``benchmarks/cost_model.py`` records); the model ranks configs, it does not predict cuBLAS.
 """
@@ -15,7 +17,7 @@ import attrs
 
 from tunesmith.cost.roofline import math_dtype, peak_flops, problem_bytes
 from tunesmith.problem import torch_dtype
-from tunesmith_hookspecs import DeviceInfo, Problem
+from tunesmith_hookspecs import DeviceInfo, Problem, TensorMeta
 from tunesmith_triton.choice import Config, TritonChoice
 from tunesmith_triton.configs import _cdiv, dims, pipeline_bytes
 from tunesmith_triton.conv import CONV_TEMPLATE, conv_sizes
@@ -31,6 +33,11 @@ EXPOSED_ONE, EXPOSED_SHARED, EXPOSED_PERSISTENT = 1.0, 0.5, 0.2
 L2_BYTES_PER_SM = 68e9
 #: seconds per wave of programs (prologue, epilogue) and per launch
 WAVE_S, LAUNCH_S = 1.5e-6, 4e-6
+#: bytes a thread loads at once where Triton can prove the addresses aligned; it can when every
+#: stride but the unit one, and the size along the unit one, are multiples of ALIGNED_ELEMENTS
+#: (it specialises integer arguments by divisibility by 16). Otherwise the pointer template loads
+#: element by element: odd_1000's pointer configs ran 2.5 to 100x slower than its TMA ones.
+VECTOR_BYTES, ALIGNED_ELEMENTS = 16, 16
 #: what an SM holds when the device does not say (H100: 228 KiB, 2048 threads, 64 Ki registers)
 SHARED_MEMORY, THREADS, REGISTERS = 232448, 2048, 65536
 
@@ -58,6 +65,26 @@ def work_of(choice: TritonChoice) -> Work:
     return Work(batch, m, n, k, products=2 if problem.op == "mm_plus_mm" else 1)
 
 
+def gemm_operands(problem: Problem) -> list[TensorMeta]:
+    """The matrices the main loop reads (A and B; C and D too for mm + mm)."""
+    if problem.op in ("addmm", "baddbmm"):
+        return list(problem.inputs[1:3])
+    return list(problem.inputs[:4] if problem.op == "mm_plus_mm" else problem.inputs[:2])
+
+
+def vector_loads(problem: Problem) -> bool:
+    """Whether the pointer template's loads of every GEMM operand are vector loads (see
+    ``ALIGNED_ELEMENTS``)."""
+    for meta in gemm_operands(problem):
+        *_, rows, cols = meta.stride
+        unit = len(meta.shape) - 1 if cols == 1 else len(meta.shape) - 2 if rows == 1 else None
+        if unit is None or meta.shape[unit] % ALIGNED_ELEMENTS:
+            return False
+        if any(s % ALIGNED_ELEMENTS for d, s in enumerate(meta.stride) if d != unit and meta.shape[d] > 1):
+            return False
+    return True
+
+
 def _resident(config: Config, size: int, shared_memory: int) -> int:
     """Programs of this config an SM holds at once (shared memory, threads, registers)."""
     threads = config.num_warps * 32
@@ -80,6 +107,8 @@ def estimate_ms(
     efficiency = (WGMMA_EFFICIENCY if wgmma else MMA_EFFICIENCY) * intensity / (intensity + INTENSITY_HALF)
     efficiency *= (TMA_GAIN if template == "gemm_tma" else 1.0) * (PERSISTENT_GAIN if config.persistent else 1.0)
     efficiency *= FLOAT32_EFFICIENCY if size == 4 else 1.0
+    if template == "gemm" and not vector_loads(problem):
+        efficiency *= size / VECTOR_BYTES
     if config.persistent:
         resident, waves = 1, _cdiv(tiles, sms)
     else:

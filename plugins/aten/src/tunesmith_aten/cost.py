@@ -1,0 +1,57 @@
+"""ATen's cost model: the kernels torch runs for a Problem, each at the roofline, plus a launch each.
+
+The calibrated profile is measured with ``torch.mm`` itself, so a large GEMM's estimate is close
+to its time; small ones take longer (cuBLAS's own fixed costs). Pruning uses this estimate only as
+a reference: a choice estimated far above it is not worth benchmarking beside ATen's.
+"""
+
+from __future__ import annotations
+
+from tunesmith.cost.roofline import math_dtype, roofline
+from tunesmith.problem import flops, torch_dtype
+from tunesmith_hookspecs import DeviceInfo, Problem, TensorMeta
+
+#: seconds each kernel's launch adds
+LAUNCH_S = 4e-6
+
+
+def _bytes(meta: TensorMeta) -> int:
+    return meta.numel * torch_dtype(meta.dtype).itemsize
+
+
+def _bias_in_epilogue(problem: Problem) -> bool:
+    """Whether cuBLAS adds the bias in the GEMM's epilogue: a bias of one row (torch copies any
+    other into the output first, then accumulates onto it)."""
+    bias = problem.inputs[0]
+    return problem.op == "addmm" and (len(bias.shape) == 1 or bias.stride[0] == 0)
+
+
+def kernels(problem: Problem, template: str) -> list[tuple[int, int]]:
+    """(FLOPs, bytes) of each kernel ``template`` runs for the Problem, in order."""
+    out, ins, work = _bytes(problem.output), problem.inputs, flops(problem)
+    if problem.op == "mm_plus_mm":
+        first, second = (work // 2, _bytes(ins[0]) + _bytes(ins[1]) + out), _bytes(ins[2]) + _bytes(ins[3])
+        if template == "mm_then_addmm":  # the second GEMM copies the first's result, then adds onto it
+            found = [first, (0, 2 * out), (work - work // 2, second + 2 * out)]
+        else:  # two products, then their sum
+            found = [first, (work - work // 2, second + out), (0, 3 * out)]
+    elif problem.op in ("addmm", "baddbmm"):
+        gemm = _bytes(ins[1]) + _bytes(ins[2])
+        if _bias_in_epilogue(problem):
+            found = [(work, gemm + _bytes(ins[0]) + out)]
+        else:
+            found = [(0, _bytes(ins[0]) + out), (work, gemm + 2 * out)]
+    else:  # mm, bmm, conv
+        found = [(work, sum(_bytes(m) for m in ins[: problem.num_op_inputs]) + out)]
+    steps = problem.epilogue[1:] if template == "addmm_activation" else problem.epilogue
+    for step in steps:  # each a pass over the output (reading its tensor operand, if any)
+        operand = _bytes(ins[step.input]) if isinstance(step.input, int) else 0
+        found.append((0, 2 * out + operand))
+    return found
+
+
+def estimate_ms(problem: Problem, template: str, device: DeviceInfo) -> float:
+    """Milliseconds for ``template`` on ``problem``: its kernels at the roofline, plus a launch each."""
+    dtype = math_dtype(problem)
+    steps = kernels(problem, template)
+    return sum(roofline(f, b, device, dtype).ms for f, b in steps) + len(steps) * LAUNCH_S * 1e3
