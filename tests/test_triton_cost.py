@@ -98,7 +98,10 @@ def _spec(text: str) -> tuple[str, dict]:
     return template, {key: value == "True" if value in ("True", "False") else int(value) for key, value in pairs}
 
 
-@pytest.mark.parametrize("run", ["cost_model_h100_first_half_window10.json", "cost_model_h100_second_half.json"])
+@pytest.mark.parametrize(
+    "run",
+    ["cost_model_h100_first_half_window10.json", "cost_model_h100_second_half.json", "cost_model_h100_all16.json"],
+)
 def test_the_h100s_best_kernel_survives_pruning_on_every_case_of_the_gemm_set(run):
     """Against every choice's measured time on the H100 (an exhaustive run of benchmarks/results):
     ATen plus the Triton configs pruning keeps (the 6 best estimates, within the window and under

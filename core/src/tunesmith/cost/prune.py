@@ -35,9 +35,10 @@ BASELINE = hooks.BASELINE_BACKEND
 WINDOW = 0.10
 
 #: how many times ATen's best estimate a choice may be estimated and still be benchmarked. On the
-#: H100's GEMM set, ATen's estimate is 1.0 to 4.6x its measured time and the best Triton
-#: config's 0.9 to 1.8x its own; the ceiling drops Triton only on float32 (estimated 3.9x ATen,
-#: measured 3.8x and more), where its TF32 kernels cannot win (``prune_replay.py``).
+#: GEMM set (H100-SXM preset), ATen's estimate is 0.5 to 1.2x its measured time on the H100 and
+#: the best Triton config's estimate 0.4 to 2.1x ATen's; the ceiling drops every Triton choice of
+#: float32 (4.8x; measured 3.8x slower) and odd_1000 (2.1x; measured 1.2x slower) alone
+#: (``benchmarks/results/cost_model_h100_all16.json``).
 BASELINE_CEILING = 2.0
 
 K = TypeVar("K")
