@@ -67,7 +67,7 @@ def test_a_failing_case_gives_a_row_and_exit_1(tmp_path):
 def test_plugins_table():
     proc = cli("plugins")
     assert proc.returncode == 0, proc.stderr
-    assert "tunesmith-aten" in proc.stdout and "choices, rebuild_choice" in proc.stdout
+    assert "tunesmith-aten" in proc.stdout and "choices, estimate_runtime, rebuild_choice" in proc.stdout
 
 
 def test_tune_spreads_a_set_over_the_devices_of_the_setting_and_pins_an_indexed_device():
