@@ -6,10 +6,10 @@ side of it costs compile time (the largest part of a cold tune) and does not cha
 The window compares every backend's estimates alike, so it trusts each model's scale as much as
 the ranking does. ATen's choices are always kept (they are the baseline every answer is measured
 against), and so are the choices no plugin estimates: a backend without a model is benchmarked
-rather than dropped. Where ATen estimates its own choices, none estimated more than
-``BASELINE_CEILING`` times ATen's best is kept: ATen is timed anyway, and the models are not that
-far off. Neither counts against ``prune``. A device profile or roofline that fails
-turns pruning off for that Problem (logged): the cost model orders work, it must not stop it.
+rather than dropped. Neither counts against ``prune``. Where ATen estimates its own choices, no
+choice estimated more than ``BASELINE_CEILING`` times ATen's best is kept: ATen is timed anyway,
+and the models are not that far off. A device profile or roofline that fails turns pruning off
+for that Problem (logged): the cost model orders work, it must not stop it.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ WAVE_S, LAUNCH_S = 1.5e-6, 4e-6
 #: bytes a thread loads at once where Triton can prove the addresses aligned; it can when every
 #: stride but the unit one, and the size along the unit one, are multiples of ALIGNED_ELEMENTS
 #: (it specialises integer arguments by divisibility by 16). Otherwise the pointer template loads
-#: element by element: odd_1000's pointer configs ran 2.5 to 100x slower than its TMA ones.
+#: element by element: odd_1000's pointer configs ran 2.5 to 135x slower than its TMA ones.
 VECTOR_BYTES, ALIGNED_ELEMENTS = 16, 16
 #: what an SM holds when the device does not say (H100: 228 KiB, 2048 threads, 64 Ki registers)
 SHARED_MEMORY, THREADS, REGISTERS = 232448, 2048, 65536
