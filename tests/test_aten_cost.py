@@ -45,6 +45,14 @@ def test_each_kernel_torch_runs_is_counted(op, shapes, epilogue, template, count
     assert len(kernels(problem(op, *(meta(*s) for s in shapes), epilogue=epilogue), template)) == count
 
 
+def test_a_bias_of_no_dimensions_is_copied_and_two_products_split_their_flops_by_k():
+    scalar = torch.empty((), dtype=torch.bfloat16, device="meta")
+    assert len(kernels(problem("addmm", scalar, meta(32, 48), meta(48, 64)), "eager")) == 2
+    p = problem("mm_plus_mm", meta(32, 16), meta(16, 64), meta(32, 48), meta(48, 64))
+    first, second, _ = kernels(p, "eager")
+    assert (first[0], second[0]) == (2 * 32 * 64 * 16, 2 * 32 * 64 * 48)
+
+
 def test_the_plugin_answers_for_its_own_choices_through_the_hook():
     import tunesmith_aten
 

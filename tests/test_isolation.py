@@ -186,7 +186,8 @@ def test_atens_choices_are_readied_here_while_the_worker_compiles_and_before_it_
     precompile, time_one = tunesmith_aten.AtenChoice.precompile, isolated.IsolatedRun.time
 
     def readied(self):
-        events.append(("aten precompile", threading.current_thread().name))
+        held = pool.slot(torch.device("cpu")).lock.locked()  # another tune's timing cannot be running
+        events.append(("aten precompile", threading.current_thread().name if held else "lock not held"))
         return precompile(self)
 
     def timed(self, i, best_ms):

@@ -65,6 +65,21 @@ def test_pointer_loads_are_estimated_element_by_element_where_triton_cannot_prov
     assert estimate(even, "gemm", **BIG) < 1.5 * estimate(even, "gemm_tma", **BIG)
 
 
+def test_vector_loads_follow_the_dimensions_that_span_memory_and_the_start():
+    from tunesmith_triton.cost import vector_loads
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> Problem:
+        return on_device(build_problem("mm", [a, b], {})[0], "cuda")
+
+    def meta(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+
+    assert vector_loads(mm(meta(256, 4096), meta(4096, 1)))  # N = 1: its stride says nothing
+    assert vector_loads(mm(meta(256, 4096), meta(1, 4096).t()))
+    assert not vector_loads(mm(meta(256, 4096), meta(4096, 1000)))
+    assert not vector_loads(mm(meta(256 * 4096 + 3)[3:].view(256, 4096), meta(4096, 64)))  # a 6-byte start
+
+
 def test_a_faster_device_gets_lower_estimates():
     p = problem(4096, 4096, 4096)
     assert estimate(p, "gemm", PRESETS["B200"], **BIG) < estimate(p, "gemm", H100, **BIG)

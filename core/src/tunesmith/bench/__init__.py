@@ -51,7 +51,8 @@ class DefaultBenchmarker:
         timings: list[Timing | None] = [None] * len(choices)
         if away:
             specs = [choices[i].spec for i in away]
-            ready = _ready_here([choices[i] for i in away if choices[i].spec.backend == hooks.BASELINE_BACKEND], device)
+            baseline = [choices[i] for i in away if choices[i].spec.backend == hooks.BASELINE_BACKEND]
+            ready = _ready_here(problem, baseline, device)
             isolated, start = time_isolated(problem, specs, self.options, device, start, ready)
             for i, timing in zip(away, isolated, strict=True):
                 timings[i] = timing
@@ -63,23 +64,31 @@ class DefaultBenchmarker:
         return [t for t in timings if t is not None]
 
 
-def _ready_here(choices: Sequence[Choice], device: torch.device) -> Callable[[], None]:
-    """Precompile ``choices`` in this process on a thread, while the worker compiles: the winner
-    is loaded here after timing, and ATen's first call of a shape (its library kernel's loading,
-    0.06 to 0.12 s on an H100) then costs nothing more. Returns the wait for that thread, which the
-    worker's timing follows, so that the two processes never share the GPU while it times."""
-    if not choices:
-        return lambda: None
+def _ready_here(problem: Problem, choices: Sequence[Choice], device: torch.device) -> Callable[[], Callable[[], None]]:
+    """A start for precompiling ``choices`` in this process on a thread, while the worker compiles:
+    the winner is loaded here after timing, and ATen's first call of a shape (its library kernel's
+    loading, 0.06 to 0.22 s on an H100) then costs nothing more. The start returns the wait for
+    that thread, which the worker's timing follows, so that the two processes never share the GPU
+    while it times. Not during CUDA-graph capture, nor for a conv that cuDNN would time itself."""
+    if not choices or (problem.op == "conv" and torch.backends.cudnn.benchmark):
+        return lambda: lambda: None
 
-    def work() -> None:
-        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            for choice in choices:
-                try:
-                    choice.precompile()
-                except Exception:  # noqa: BLE001 - the choice's own error, met again where it runs
-                    continue
-                mark_compiled(choice)
+    def start() -> Callable[[], None]:
+        on_gpu = device.type == "cuda"
+        if on_gpu and torch.cuda.is_current_stream_capturing():
+            return lambda: None
 
-    thread = threading.Thread(target=work, name="tunesmith-ready-here", daemon=True)
-    thread.start()
-    return thread.join
+        def work() -> None:
+            with torch.cuda.device(device) if on_gpu else contextlib.nullcontext():
+                for choice in choices:
+                    try:
+                        choice.precompile()
+                    except Exception:  # noqa: BLE001 - the choice's own error, met again where it runs
+                        continue
+                    mark_compiled(choice)
+
+        thread = threading.Thread(target=work, name="tunesmith-ready-here", daemon=True)
+        thread.start()
+        return thread.join
+
+    return start

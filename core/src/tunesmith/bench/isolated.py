@@ -225,23 +225,24 @@ def time_isolated(
     options: Options,
     device: torch.device,
     start: float,
-    before_timing: Callable[[], None] = lambda: None,
+    beside: Callable[[], Callable[[], None]] = lambda: lambda: None,
 ) -> tuple[list[Timing], float]:
     """Precompile and time ``specs`` in ``device``'s worker: one Timing each, in order, and the
     budget's start moved past any worker start-up (for the choices timed after these).
-    ``before_timing`` is called once every precompile has finished, before the first timing."""
+    ``beside`` starts the caller's own work once the device is this run's, to run beside the
+    precompiles; the wait it returns is called before the first timing."""
     slot = pool.slot(device)
     with slot.lock:
         run = IsolatedRun(slot, problem, specs, options, start)
         try:
-            return _precompile_and_time(run, specs, options, before_timing), run.start
+            return _precompile_and_time(run, specs, options, beside()), run.start
         except BaseException:
             slot.discard()  # interrupted mid-job: its late replies must not reach the next run
             raise
 
 
 def _precompile_and_time(
-    run: IsolatedRun, specs: Sequence[ChoiceSpec], options: Options, before_timing: Callable[[], None]
+    run: IsolatedRun, specs: Sequence[ChoiceSpec], options: Options, wait: Callable[[], None]
 ) -> list[Timing]:
     try:
         errors = run.precompile()
@@ -249,7 +250,9 @@ def _precompile_and_time(
         bump("benchmark_crash")
         return [Timing(s, math.inf, str(exc)) for s in specs]
     finally:
-        before_timing()
+        began = time.monotonic()
+        wait()
+        run.start += time.monotonic() - began  # the caller's work is not the budget's
     timings: list[Timing] = []
     best: float | None = None
     broken: str | None = None

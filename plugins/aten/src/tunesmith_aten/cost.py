@@ -23,18 +23,19 @@ def _bias_in_epilogue(problem: Problem) -> bool:
     """Whether cuBLAS adds the bias in the GEMM's epilogue: a bias of one row (torch copies any
     other into the output first, then accumulates onto it)."""
     bias = problem.inputs[0]
-    return problem.op == "addmm" and (len(bias.shape) == 1 or bias.stride[0] == 0)
+    return problem.op == "addmm" and (len(bias.shape) == 1 or (len(bias.shape) == 2 and bias.stride[0] == 0))
 
 
 def kernels(problem: Problem, template: str) -> list[tuple[int, int]]:
     """(FLOPs, bytes) of each kernel ``template`` runs for the Problem, in order."""
     out, ins, work = _bytes(problem.output), problem.inputs, flops(problem)
     if problem.op == "mm_plus_mm":
-        first, second = (work // 2, _bytes(ins[0]) + _bytes(ins[1]) + out), _bytes(ins[2]) + _bytes(ins[3])
+        one = work * ins[0].shape[1] // (ins[0].shape[1] + ins[2].shape[1])  # A @ B's share (K may differ)
+        first, second = (one, _bytes(ins[0]) + _bytes(ins[1]) + out), _bytes(ins[2]) + _bytes(ins[3])
         if template == "mm_then_addmm":  # the second GEMM copies the first's result, then adds onto it
-            found = [first, (0, 2 * out), (work - work // 2, second + 2 * out)]
+            found = [first, (0, 2 * out), (work - one, second + 2 * out)]
         else:  # two products, then their sum
-            found = [first, (work - work // 2, second + out), (0, 3 * out)]
+            found = [first, (work - one, second + out), (0, 3 * out)]
     elif problem.op in ("addmm", "baddbmm"):
         gemm = _bytes(ins[1]) + _bytes(ins[2])
         if _bias_in_epilogue(problem):

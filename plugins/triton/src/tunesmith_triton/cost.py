@@ -33,10 +33,11 @@ EXPOSED_ONE, EXPOSED_SHARED, EXPOSED_PERSISTENT = 1.0, 0.5, 0.2
 L2_BYTES_PER_SM = 68e9
 #: seconds per wave of programs (prologue, epilogue) and per launch
 WAVE_S, LAUNCH_S = 1.5e-6, 4e-6
-#: bytes a thread loads at once where Triton can prove the addresses aligned; it can when every
-#: stride but the unit one, and the size along the unit one, are multiples of ALIGNED_ELEMENTS
-#: (it specialises integer arguments by divisibility by 16). Otherwise the pointer template loads
-#: element by element: odd_1000's pointer configs ran 2.5 to 135x slower than its TMA ones.
+#: bytes a thread loads at once where Triton can prove the addresses aligned; it can when the
+#: start is 16-byte aligned and every stride but the unit one, and the size along the unit one,
+#: are multiples of ALIGNED_ELEMENTS (it specialises integer arguments by divisibility by 16).
+#: Otherwise the pointer template loads element by element: odd_1000's pointer configs ran 2.5 to
+#: 135x slower than its TMA ones.
 VECTOR_BYTES, ALIGNED_ELEMENTS = 16, 16
 #: what an SM holds when the device does not say (H100: 228 KiB, 2048 threads, 64 Ki registers)
 SHARED_MEMORY, THREADS, REGISTERS = 232448, 2048, 65536
@@ -76,11 +77,13 @@ def vector_loads(problem: Problem) -> bool:
     """Whether the pointer template's loads of every GEMM operand are vector loads (see
     ``ALIGNED_ELEMENTS``)."""
     for meta in gemm_operands(problem):
-        *_, rows, cols = meta.stride
-        unit = len(meta.shape) - 1 if cols == 1 else len(meta.shape) - 2 if rows == 1 else None
-        if unit is None or meta.shape[unit] % ALIGNED_ELEMENTS:
+        spans = [d for d, n in enumerate(meta.shape) if n > 1]  # a dimension of one has no stride to speak of
+        unit = next((d for d in reversed(spans) if meta.stride[d] == 1), None)
+        if spans and (unit is None or meta.shape[unit] % ALIGNED_ELEMENTS):
             return False
-        if any(s % ALIGNED_ELEMENTS for d, s in enumerate(meta.stride) if d != unit and meta.shape[d] > 1):
+        if any(meta.stride[d] % ALIGNED_ELEMENTS for d in spans if d != unit):
+            return False
+        if meta.storage_offset * torch_dtype(meta.dtype).itemsize % VECTOR_BYTES:
             return False
     return True
 
