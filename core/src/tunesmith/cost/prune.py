@@ -8,8 +8,8 @@ the ranking does. ATen's choices are always kept (they are the baseline every an
 against), and so are the choices no plugin estimates: a backend without a model is benchmarked
 rather than dropped. Neither counts against ``prune``. Where ATen estimates its own choices, no
 choice estimated more than ``BASELINE_CEILING`` times ATen's best is kept either (any backend's:
-ATen is timed anyway, and the models are not that far off). A device profile or roofline that fails turns pruning off
-for that Problem (logged): the cost model orders work, it must not stop it.
+ATen is timed anyway, and the models are not that far off). A device profile or roofline that
+fails turns pruning off for that Problem (logged): the cost model orders work, it must not stop it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import attrs
 
 from tunesmith.ops import tf32_allowed
 from tunesmith.problem import flops, torch_dtype
-from tunesmith_hookspecs import DeviceInfo, Problem
+from tunesmith_hookspecs import DeviceInfo, Problem, TensorMeta
 
 
 @attrs.frozen
@@ -44,15 +44,15 @@ def math_dtype(problem: Problem) -> str:
     return "tf32" if dtype == "float32" and tf32_allowed(problem) else dtype
 
 
-def _nbytes(meta_numel: int, dtype: str) -> int:
-    return meta_numel * torch_dtype(dtype).itemsize
+def meta_bytes(meta: TensorMeta) -> int:
+    """Bytes a tensor of this shape and dtype holds."""
+    return meta.numel * torch_dtype(meta.dtype).itemsize
 
 
 def problem_bytes(problem: Problem) -> int:
     """Bytes a fused kernel must move at least: every input (epilogue tensors included) once,
     and the output once."""
-    moved = sum(_nbytes(m.numel, m.dtype) for m in problem.inputs)
-    return moved + _nbytes(problem.output.numel, problem.output.dtype)
+    return sum(meta_bytes(m) for m in problem.inputs) + meta_bytes(problem.output)
 
 
 def problem_cost(problem: Problem, profile: DeviceInfo) -> Cost:

@@ -7,16 +7,12 @@ a reference: a choice estimated far above it is not worth benchmarking beside AT
 
 from __future__ import annotations
 
-from tunesmith.cost.roofline import math_dtype, roofline
-from tunesmith.problem import flops, torch_dtype
-from tunesmith_hookspecs import DeviceInfo, Problem, TensorMeta
+from tunesmith.cost.roofline import math_dtype, meta_bytes, roofline
+from tunesmith.problem import flops
+from tunesmith_hookspecs import DeviceInfo, Problem
 
 #: seconds each kernel's launch adds
 LAUNCH_S = 4e-6
-
-
-def _bytes(meta: TensorMeta) -> int:
-    return meta.numel * torch_dtype(meta.dtype).itemsize
 
 
 def _bias_in_epilogue(problem: Problem) -> bool:
@@ -28,25 +24,25 @@ def _bias_in_epilogue(problem: Problem) -> bool:
 
 def kernels(problem: Problem, template: str) -> list[tuple[int, int]]:
     """(FLOPs, bytes) of each kernel ``template`` runs for the Problem, in order."""
-    out, ins, work = _bytes(problem.output), problem.inputs, flops(problem)
+    out, ins, work = meta_bytes(problem.output), problem.inputs, flops(problem)
     if problem.op == "mm_plus_mm":
         one = work * ins[0].shape[1] // (ins[0].shape[1] + ins[2].shape[1])  # A @ B's share (K may differ)
-        first, second = (one, _bytes(ins[0]) + _bytes(ins[1]) + out), _bytes(ins[2]) + _bytes(ins[3])
+        first, second = (one, meta_bytes(ins[0]) + meta_bytes(ins[1]) + out), meta_bytes(ins[2]) + meta_bytes(ins[3])
         if template == "mm_then_addmm":  # the second GEMM copies the first's result, then adds onto it
             found = [first, (0, 2 * out), (work - one, second + 2 * out)]
         else:  # two products, then their sum
             found = [first, (work - one, second + out), (0, 3 * out)]
     elif problem.op in ("addmm", "baddbmm"):
-        gemm = _bytes(ins[1]) + _bytes(ins[2])
+        gemm = meta_bytes(ins[1]) + meta_bytes(ins[2])
         if _bias_in_epilogue(problem):
-            found = [(work, gemm + _bytes(ins[0]) + out)]
+            found = [(work, gemm + meta_bytes(ins[0]) + out)]
         else:
-            found = [(0, _bytes(ins[0]) + out), (work, gemm + 2 * out)]
+            found = [(0, meta_bytes(ins[0]) + out), (work, gemm + 2 * out)]
     else:  # mm, bmm, conv
-        found = [(work, sum(_bytes(m) for m in ins[: problem.num_op_inputs]) + out)]
+        found = [(work, sum(meta_bytes(m) for m in ins[: problem.num_op_inputs]) + out)]
     steps = problem.epilogue[1:] if template == "addmm_activation" else problem.epilogue
     for step in steps:  # each a pass over the output (reading its tensor operand, if any)
-        operand = _bytes(ins[step.input]) if isinstance(step.input, int) else 0
+        operand = meta_bytes(ins[step.input]) if isinstance(step.input, int) else 0
         found.append((0, 2 * out + operand))
     return found
 

@@ -102,6 +102,13 @@ def dims(problem: Problem) -> tuple[int, int, int, int]:
     return batch, out.shape[-2], out.shape[-1], mat1.shape[-1]
 
 
+def gemm_operands(problem: Problem) -> list[TensorMeta]:
+    """The matrices the main loop reads (A and B; C and D too for mm + mm)."""
+    if problem.op in ("addmm", "baddbmm"):
+        return list(problem.inputs[1:3])
+    return list(problem.inputs[:4] if problem.op == "mm_plus_mm" else problem.inputs[:2])
+
+
 def _tma_readable(meta: TensorMeta) -> bool:
     """Whether TMA can read this (batched) matrix: one of its two last strides is 1 and every
     other stride 16-byte aligned, an aligned start (the allocator aligns storage to at least 16
@@ -119,8 +126,7 @@ def tma_fits(problem: Problem) -> bool:
     TMA can read."""
     if TensorDescriptor is None or problem.op == "mm_plus_mm":
         return False
-    first = 1 if problem.op in ("addmm", "baddbmm") else 0
-    return all(_tma_readable(m) for m in problem.inputs[first : first + 2])
+    return all(_tma_readable(m) for m in gemm_operands(problem))
 
 
 def sized(bm: int, bn: int, bk: int, m: int, n: int, k: int) -> tuple[int, int, int]:

@@ -6,9 +6,9 @@ the programs in waves, so a ragged last wave costs a whole one. The estimate is 
 three floors (the main loops plus the output stores they do not hide, the tiles' loads from L2,
 every byte once from HBM), plus a fixed cost per wave and per launch. The pointer template's
 loads are vector loads only where Triton can prove them aligned; elsewhere its main loop reads an
-element at a time. The constants below were
-set against the time of every config of the GEMM set on the H100 (the per-choice times that
-``benchmarks/cost_model.py`` records); the model ranks configs, it does not predict cuBLAS.
+element at a time. The constants below were set against the time of every config of the GEMM set
+on the H100 (the per-choice times that ``benchmarks/cost_model.py`` records); the model ranks
+configs, it does not predict cuBLAS.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import attrs
 
 from tunesmith.cost.roofline import math_dtype, peak_flops, problem_bytes
 from tunesmith.problem import torch_dtype
-from tunesmith_hookspecs import DeviceInfo, Problem, TensorMeta
+from tunesmith_hookspecs import DeviceInfo, Problem
 from tunesmith_triton.choice import Config, TritonChoice
-from tunesmith_triton.configs import _cdiv, dims, pipeline_bytes
+from tunesmith_triton.configs import _cdiv, dims, gemm_operands, pipeline_bytes
 from tunesmith_triton.conv import CONV_TEMPLATE, conv_sizes
 
 #: fraction of the SM's peak a tile's main loop reaches: warpgroup MMA (tiles of 64 rows or
@@ -64,13 +64,6 @@ def work_of(choice: TritonChoice) -> Work:
         return Work(images, pixels, out_channels, in_channels, taps=taps)
     batch, m, n, k = dims(problem)
     return Work(batch, m, n, k, products=2 if problem.op == "mm_plus_mm" else 1)
-
-
-def gemm_operands(problem: Problem) -> list[TensorMeta]:
-    """The matrices the main loop reads (A and B; C and D too for mm + mm)."""
-    if problem.op in ("addmm", "baddbmm"):
-        return list(problem.inputs[1:3])
-    return list(problem.inputs[:4] if problem.op == "mm_plus_mm" else problem.inputs[:2])
 
 
 def vector_loads(problem: Problem) -> bool:
