@@ -1,14 +1,9 @@
 """The TMA template's variants on cases of the GEMM set (GPU): one- and multi-tile programs,
-the epilogue in column slices, a warp-specialised producer, the epilogue through TMA; each
-checked against the float64 reference and timed against ATen by do_bench medians, with its
-registers and spills. It tells which variants the search space should offer.
+the epilogue in column slices, a warp-specialised producer; each checked against the float64
+reference and timed against ATen by do_bench medians, with its registers and spills. It tells
+which variants the search space should offer.
 
     python benchmarks/tma_variants.py --json $OUT/tma_variants.json [--cases addmm_gelu_mlp,...]
-    python benchmarks/tma_variants.py --set epilogue --json $OUT/tma_epilogue.json
-
-``--set loops`` (the default) crosses three tiles with nine loop shapes; ``--set epilogue`` times
-each of a few configs per case with its epilogue through pointers and through TMA, and a write of
-the output's bytes alone (the bandwidth floor of an output-bound case).
 """
 
 from __future__ import annotations
@@ -46,58 +41,23 @@ SHAPES_OF_LOOP = (
     (3, True, 2, True),
     (4, True, 2, True),
 )
-#: (tile, loop shape) pairs of ``--set epilogue``, each timed with and without the TMA epilogue:
-#: memory-bound batched cases, then compute-bound single matrices
-EPILOGUE_CASES = "bmm_32x1024x1024x128,baddbmm_attn_scores,addmm_gelu_mlp,addmm_relu_4096,llama7b_qkv_prefill"
-BATCHED_PAIRS = (
-    ((128, 256, 64, 8), (3, True, 2, False)),
-    ((128, 256, 64, 8), (4, True, 2, False)),
-    ((128, 256, 64, 8), (3, True, 1, False)),
-    ((128, 256, 64, 8), (3, False, 2, False)),
-    ((128, 128, 64, 8), (3, True, 2, False)),
-    ((128, 128, 64, 8), (3, False, 2, False)),
-    ((128, 128, 64, 4), (3, False, 1, False)),
-    ((128, 128, 64, 4), (3, True, 1, False)),
-    ((64, 128, 64, 4), (3, False, 1, False)),
-    ((64, 128, 64, 4), (4, True, 1, False)),
-    ((64, 256, 64, 4), (3, False, 1, False)),
-)
-SINGLE_PAIRS = (
-    ((128, 256, 64, 8), (3, True, 2, True)),
-    ((128, 256, 64, 8), (4, True, 2, True)),
-    ((128, 256, 64, 8), (3, False, 2, False)),
-    ((128, 128, 64, 8), (4, True, 2, True)),
-)
 #: interleaved rounds of do_bench medians (``gemm.interleaved``): fewer than the GEMM set's, as
 #: each case here has 28 paths
 ROUNDS = 5
 
 
-def _pairs(case: Any, which: str) -> list[tuple[tuple[int, ...], tuple[Any, ...], bool]]:
-    """(tile, loop shape, TMA epilogue) of each variant timed for ``case``."""
-    if which == "loops":
-        return [(t, loop, False) for t, loop in itertools.product(TILES, SHAPES_OF_LOOP)]
-    pairs = BATCHED_PAIRS if case.op in ("bmm", "baddbmm") else SINGLE_PAIRS
-    return [(t, loop, tma) for t, loop in pairs for tma in (False, True)]
-
-
-def run_case(case: Any, which: str) -> dict[str, Any]:
+def run_case(case: Any) -> dict[str, Any]:
     tensors, scalars = problemset.make_inputs(case, "cuda")
     problem, inputs = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
     ref = reference(problem, inputs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     eager = _eager(case)
     paths: dict[str, Any] = {"aten": lambda: eager(scalars, *tensors)}
-    if which == "epilogue":  # the output's bytes written by a fill: the floor of an output-bound kernel
-        filled = torch.empty_like(ref, dtype=inputs[0].dtype)
-        paths["write_output"] = lambda: filled.fill_(1.0)
     rows: dict[str, dict[str, Any]] = {}
-    for (bm, bn, bk, warps), (stages, persistent, subtile, ws), tma in _pairs(case, which):
+    for (bm, bn, bk, warps), (stages, persistent, subtile, ws) in itertools.product(TILES, SHAPES_OF_LOOP):
         params = {"block_m": bm, "block_n": bn, "block_k": bk, "group_m": 8, "num_warps": warps}
         params |= {"num_stages": stages, "persistent": persistent, "subtile": subtile, "warp_specialize": ws}
-        params |= {"tma_epilogue": True} if tma else {}
         label = f"{bm}x{bn}x{bk} w{warps} s{stages}" + " pers" * persistent + f" sub{subtile}" + " ws" * ws
-        label += " tma_epi" * tma
         try:
             choice = TritonChoice(ChoiceSpec("triton", "gemm_tma", params), problem, "ieee", sms=sms)
             run = choice.kernel()
@@ -118,23 +78,20 @@ def run_case(case: Any, which: str) -> dict[str, Any]:
             rows[label] = {"params": params, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     times = {name: statistics.median(t) for name, t in interleaved(paths, ROUNDS).items()}
     for label, ms in times.items():
-        if label not in ("aten", "write_output"):
+        if label != "aten":
             rows[label] |= {"ms": ms, "speedup_vs_aten": times["aten"] / ms}
-    floor = f", write of the output {times['write_output']:.4f} ms" if "write_output" in times else ""
-    print(f"{case.name}: aten {times['aten']:.4f} ms{floor}", flush=True)
+    print(f"{case.name}: aten {times['aten']:.4f} ms", flush=True)
     for label, row in sorted(rows.items(), key=lambda kv: kv[1].get("ms", 1e9)):
         extra = f"{row['ms']:.4f} ms {row['speedup_vs_aten']:.3f}x" if "ms" in row else row.get("error", "")
         print(f"  {label:40s} {extra} regs {row.get('registers')} spills {row.get('spills')}", flush=True)
-    return {"name": case.name, "aten_ms": times["aten"], "write_output_ms": times.get("write_output"), "variants": rows}
+    return {"name": case.name, "aten_ms": times["aten"], "variants": rows}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True)
-    parser.add_argument("--set", choices=("loops", "epilogue"), default="loops")
-    parser.add_argument("--cases")
+    parser.add_argument("--cases", default=CASES)
     args = parser.parse_args()
-    args.cases = args.cases or (CASES if args.set == "loops" else EPILOGUE_CASES)
     torch.backends.cuda.matmul.allow_tf32 = True
     wanted = args.cases.split(",")
     cases = [c for c in problemset.load(SHAPES) if c.name in wanted]
@@ -143,8 +100,7 @@ def main() -> int:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "timing": f"median of {ROUNDS} interleaved rounds of do_bench medians (warmup 10 ms, rep 40 ms)",
-        "set": args.set,
-        "cases": [run_case(case, args.set) for case in cases],
+        "cases": [run_case(case) for case in cases],
     }
     Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

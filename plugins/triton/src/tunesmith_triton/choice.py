@@ -14,7 +14,7 @@ import triton
 
 from tunesmith.ops import tf32_allowed
 from tunesmith.problem import scratch_like, torch_dtype
-from tunesmith_hookspecs import ChoiceSpec, Problem, TensorMeta
+from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.kernels import (
     CODES,
     MAX_OPERANDS,
@@ -56,8 +56,6 @@ class Config:
     subtile: int = 1
     #: a producer warp loads while the others multiply ("gemm_tma" persistent only)
     warp_specialize: bool = False
-    #: the output written, and a bias of its shape read, by TMA ("gemm_tma" only)
-    tma_epilogue: bool = False
 
     def params(self) -> dict[str, int | bool]:
         """The spec's params: fields at their defaults are left out, so specs stay short and
@@ -154,24 +152,6 @@ def _descriptor(t: torch.Tensor, rows: int, cols: int) -> tuple[Any, bool]:
     return TensorDescriptor(t, shape, strides, [*block, rows, cols]), transposed
 
 
-def tma_writable(out: TensorMeta) -> bool:
-    """Whether TMA can write the (contiguous) output: its rows a multiple of 16 bytes."""
-    return out.shape[-1] * torch_dtype(out.dtype).itemsize % 16 == 0
-
-
-def _tma_bias(bias: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether TMA can read the bias in the output's blocks: the output's shape, rows contiguous,
-    the other strides (none broadcast) and the start 16-byte aligned."""
-    size = bias.element_size()
-    lead = bias.stride()[:-1]
-    return (
-        bias.shape == out.shape
-        and bias.stride(-1) == 1
-        and all(s > 0 and s * size % 16 == 0 for s in lead)
-        and bias.data_ptr() % 16 == 0
-    )
-
-
 def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
     return (*grid, 1, 1)[:3]  # type: ignore[return-value]
 
@@ -266,8 +246,6 @@ class TritonChoice:
             raise ValueError("subtile is for the gemm_tma template")
         if self.config.warp_specialize and not self.config.persistent:
             raise ValueError("warp_specialize is for persistent gemm_tma programs")
-        if self.config.tma_epilogue and not (spec.template == "gemm_tma" and tma_writable(problem.output)):
-            raise ValueError("tma_epilogue is for gemm_tma outputs with rows of a multiple of 16 bytes")
         plan = epilogue_plan(problem)
         if plan is None:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
@@ -319,14 +297,10 @@ class TritonChoice:
             b_desc, b_t = _descriptor(b, cfg.block_k, cfg.block_n)
             batch = out.shape[0] if out.dim() == 3 else 1
             grid = (min(batch * tiles, self.sms) if cfg.persistent else batch * tiles,)
-            # the epilogue's descriptors read and write one column slice of the tile at a time
-            out_desc = _descriptor(out, cfg.block_m, cfg.block_n // cfg.subtile)[0] if cfg.tma_epilogue else None
-            x_tma = cfg.tma_epilogue and bias and _tma_bias(t[0], out)
-            x_desc = _descriptor(t[0], cfg.block_m, cfg.block_n // cfg.subtile)[0] if x_tma else None
             meta |= {"BK": cfg.block_k, "GROUP": cfg.group_m, "A_T": a_t, "B_T": b_t, "BATCHED": out.dim() == 3}
             meta |= {"FLATTEN": cfg.persistent and not cfg.warp_specialize, "PRECISION": self.precision}
-            meta |= {"SUBTILE": cfg.subtile, "WS": cfg.warp_specialize, "BIAS_TMA": x_tma, "OUT_TMA": cfg.tma_epilogue}
-            return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, batch, *tail, x_desc, out_desc), meta)]
+            meta |= {"SUBTILE": cfg.subtile, "WS": cfg.warp_specialize}
+            return [(gemm_tma_kernel, grid, (a_desc, b_desc, m, n, k, batch, *tail), meta)]
         c, d = (t[2], t[3]) if self.problem.op == "mm_plus_mm" else (a, b)
         batch, split = (out.shape[0] if out.dim() == 3 else 1), cfg.split_k
         sums, counts = ws or (out, out)  # without split-K the kernel touches neither
@@ -334,8 +308,6 @@ class TritonChoice:
         even = k % cfg.block_k == 0 and c.shape[-1] % cfg.block_k == 0
         meta |= {"HAS_SECOND": self.problem.op == "mm_plus_mm", "BK": cfg.block_k, "GROUP": cfg.group_m}
         meta |= {"SPLIT": split, "EVEN_K": even, "PRECISION": self.precision}
-        first = meta["HAS_BIAS"] and split == 1 and self.problem.scalar("alpha", 1.0) == 1.0
-        meta |= {"HAS_BIAS": meta["HAS_BIAS"] and not first, "BIAS_FIRST": first}
         return [(gemm_kernel, (tiles, batch, split), args, meta)]
 
     def _launch(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> None:

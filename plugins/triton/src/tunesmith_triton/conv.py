@@ -96,10 +96,10 @@ def conv_kernel(
             x = tl.load(x_ptrs, mask=inside[:, None] & (ci[None, :] < C), other=0.0)
             y = tl.load(w_ptrs, mask=(ci[:, None] < C) & (on[None, :] < OC), other=0.0)
         acc = tl.dot(x, y, acc, input_precision=PRECISION)
-    _finish(acc, n, pm * BM, pn * BN, M, OC,
+    _finish(acc, n, om, on, M, OC,
             b_ptr, s_bb, s_bm, s_bn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, None, None,
-            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, False, False, False)  # fmt: skip
+            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
 
 
 def pixel_strides(shape: Sequence[int], stride: Sequence[int], out_shape: Sequence[int]) -> tuple[int, int, int] | None:

@@ -74,25 +74,17 @@ def _step(acc, CODE: tl.constexpr, scalar, e_ptr, s_b, s_m, s_n, b, om, on, mask
 
 @triton.jit
 def _finish(
-    acc, b, row0, col0, M, N,
+    acc, b, om, on, M, N,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
     HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
-    BIAS_TMA: tl.constexpr, OUT_TMA: tl.constexpr, BATCHED: tl.constexpr,
 ):  # fmt: skip
-    """alpha * acc + beta * bias, the epilogue steps, and the store of the output tile at (row0,
-    col0): through pointers, or with ``BIAS_TMA`` / ``OUT_TMA`` the bias read and the tile
-    written by TMA (whole lines, and the store goes on while the program moves on)."""
-    om = row0 + tl.arange(0, acc.shape[0])
-    on = col0 + tl.arange(0, acc.shape[1])
+    """alpha * acc + beta * bias, the epilogue steps, and the store of one output tile."""
     mask = (om[:, None] < M) & (on[None, :] < N)
     if HAS_BIAS:
-        if BIAS_TMA:
-            bias = _tma_block(x_desc, b, row0, col0, acc.shape[0], acc.shape[1], False, BATCHED)
-        else:
-            bias = tl.load(x_ptr + b * s_xb + om[:, None] * s_xm + on[None, :] * s_xn, mask=mask, other=0.0)
+        bias = tl.load(x_ptr + b * s_xb + om[:, None] * s_xm + on[None, :] * s_xn, mask=mask, other=0.0)
         acc = alpha * acc + beta * bias.to(tl.float32)
     acc = _step(acc, S0, v0, e0_ptr if O0 == 0 else e1_ptr, s_e0b if O0 == 0 else s_e1b, s_e0m if O0 == 0 else s_e1m,
                 s_e0n if O0 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
@@ -102,14 +94,8 @@ def _finish(
                 s_e0n if O2 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
     acc = _step(acc, S3, v3, e0_ptr if O3 == 0 else e1_ptr, s_e0b if O3 == 0 else s_e1b, s_e0m if O3 == 0 else s_e1m,
                 s_e0n if O3 == 0 else s_e1n, b, om, on, mask)  # fmt: skip
-    tile = acc.to(out_ptr.dtype.element_ty)
-    if OUT_TMA:
-        if BATCHED:
-            out_desc.store([b, row0, col0], tile.reshape(1, acc.shape[0], acc.shape[1]))
-        else:
-            out_desc.store([row0, col0], tile)
-    else:
-        tl.store(out_ptr + b * s_ob + om[:, None] * s_om + on[None, :] * s_on, tile, mask=mask)
+    out = out_ptr + b * s_ob + om[:, None] * s_om + on[None, :] * s_on
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -156,20 +142,13 @@ def gemm_kernel(
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-    SPLIT: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr, BIAS_FIRST: tl.constexpr,
+    SPLIT: tl.constexpr, EVEN_K: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """With ``BIAS_FIRST`` (alpha 1, no split, ``HAS_BIAS`` off) beta * bias starts the sum: its
-    load goes out with the first tiles' instead of after the last product."""
     pid, b, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     pm, pn = _tile(pid, M, N, BM, BN, GROUP)
     om = pm * BM + tl.arange(0, BM)
     on = pn * BN + tl.arange(0, BN)
-    if BIAS_FIRST:
-        inside = (om[:, None] < M) & (on[None, :] < N)
-        bias = tl.load(x_ptr + b * s_xb + om[:, None] * s_xm + on[None, :] * s_xn, mask=inside, other=0.0)
-        acc = beta * bias.to(tl.float32)
-    else:
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
     chunk = tl.cdiv(tl.cdiv(K, BK), SPLIT) * BK
     k_lo = split * chunk
     k_hi = min(K, k_lo + chunk)
@@ -181,10 +160,10 @@ def gemm_kernel(
             acc, c_ptr, d_ptr, s_cb, s_cm, s_ck, s_db, s_dk, s_dn, b, om, on, M, N, 0, K2, BK, EVEN_K, PRECISION
         )
     if SPLIT == 1:
-        _finish(acc, b, pm * BM, pn * BN, M, N,
+        _finish(acc, b, om, on, M, N,
                 x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, None, None,
-                HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, False, False, False)  # fmt: skip
+                alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
     else:  # into the tile's sums ([batch, M, N] float32, zero between calls); the last slice finishes
         inside = (om[:, None] < M) & (on[None, :] < N)
         sums = ws_ptr + b.to(tl.int64) * M * N + om[:, None] * N + on[None, :]
@@ -196,10 +175,10 @@ def gemm_kernel(
             total = tl.atomic_add(sums, zeros, mask=inside, sem="relaxed")  # read where the atomics landed
             tl.store(sums, zeros, mask=inside)
             tl.store(count, 0)
-            _finish(total, b, pm * BM, pn * BN, M, N,
+            _finish(total, b, om, on, M, N,
                     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, None, None,
-                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, False, False, False)  # fmt: skip
+                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
 
 
 @triton.jit
@@ -215,36 +194,36 @@ def _tma_block(desc, b, r, c, ROWS: tl.constexpr, COLS: tl.constexpr, T: tl.cons
 
 @triton.jit
 def _finish_halves(
-    acc, b, row0, col0, M, N,
+    acc, b, om, n0, M, N,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
     HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
-    BIAS_TMA: tl.constexpr, OUT_TMA: tl.constexpr, BATCHED: tl.constexpr,
+    W: tl.constexpr,
 ):  # fmt: skip
-    """``_finish`` of the tile's left and right halves, one after the other, so that the
-    epilogue holds half the temporaries."""
-    left, right = acc.reshape(acc.shape[0], 2, acc.shape[1] // 2).permute(0, 2, 1).split()
-    _finish(left, b, row0, col0, M, N,
+    """``_finish`` of the tile's left and right halves (columns ``n0`` on, ``W`` wide), one after
+    the other, so that the epilogue holds half the temporaries."""
+    left, right = acc.reshape(acc.shape[0], 2, W // 2).permute(0, 2, 1).split()
+    on = n0 + tl.arange(0, W // 2)
+    _finish(left, b, om, on, M, N,
             x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
-            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BIAS_TMA, OUT_TMA, BATCHED)  # fmt: skip
-    _finish(right, b, row0, col0 + acc.shape[1] // 2, M, N,
+            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
+    _finish(right, b, om, on + W // 2, M, N,
             x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
-            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BIAS_TMA, OUT_TMA, BATCHED)  # fmt: skip
+            alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+            HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
 
 
 @triton.jit
 def gemm_tma_kernel(
     a_desc, b_desc, M, N, K, BATCH,
     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
+    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
     HAS_BIAS: tl.constexpr,
     S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
     O0: tl.constexpr, O1: tl.constexpr, O2: tl.constexpr, O3: tl.constexpr,
-    BIAS_TMA: tl.constexpr, OUT_TMA: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
     A_T: tl.constexpr, B_T: tl.constexpr, BATCHED: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
     SUBTILE: tl.constexpr, WS: tl.constexpr,
@@ -254,8 +233,7 @@ def gemm_tma_kernel(
     outside the tensor with zeros. Tiles are numbered over the batch too. With ``FLATTEN``
     (persistent programs) the tile and K loops are pipelined as one, so the next tile's loads
     overlap this tile's epilogue; with ``WS`` a producer warp loads while the others multiply
-    and finish. ``SUBTILE`` (1, 2 or 4) finishes the tile in that many column slices (the
-    epilogue descriptors' blocks are one slice)."""
+    and finish. ``SUBTILE`` (1, 2 or 4) finishes the tile in that many column slices."""
     per_batch = tl.cdiv(M, BM) * tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), per_batch * BATCH, tl.num_programs(0), flatten=FLATTEN, warp_specialize=WS):
         b = tile // per_batch
@@ -265,23 +243,25 @@ def gemm_tma_kernel(
             x = _tma_block(a_desc, b, pm * BM, k, BM, BK, A_T, BATCHED)
             y = _tma_block(b_desc, b, k, pn * BN, BK, BN, B_T, BATCHED)
             acc = tl.dot(x, y, acc, input_precision=PRECISION)
+        om = pm * BM + tl.arange(0, BM)
         if SUBTILE == 1:
-            _finish(acc, b, pm * BM, pn * BN, M, N,
+            on = pn * BN + tl.arange(0, BN)
+            _finish(acc, b, om, on, M, N,
                     x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
-                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BIAS_TMA, OUT_TMA, BATCHED)  # fmt: skip
+                    alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                    HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
         elif SUBTILE == 2:
-            _finish_halves(acc, b, pm * BM, pn * BN, M, N,
+            _finish_halves(acc, b, om, pn * BN, M, N,
                            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
-                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BIAS_TMA, OUT_TMA, BATCHED)  # fmt: skip
+                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BN)  # fmt: skip
         else:
             left, right = acc.reshape(BM, 2, BN // 2).permute(0, 2, 1).split()
-            _finish_halves(left, b, pm * BM, pn * BN, M, N,
+            _finish_halves(left, b, om, pn * BN, M, N,
                            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
-                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BIAS_TMA, OUT_TMA, BATCHED)  # fmt: skip
-            _finish_halves(right, b, pm * BM, pn * BN + BN // 2, M, N,
+                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BN // 2)  # fmt: skip
+            _finish_halves(right, b, om, pn * BN + BN // 2, M, N,
                            x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
-                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on, x_desc, out_desc,
-                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BIAS_TMA, OUT_TMA, BATCHED)  # fmt: skip
+                           alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
+                           HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3, BN // 2)  # fmt: skip
