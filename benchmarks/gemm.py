@@ -235,6 +235,8 @@ def _case_row(case: Any, colds: dict[str, dict[str, Any]], inductor: bool) -> di
         row[f"{variant}_choices"] = len(sel.timings)
         ranked = sorted((ms, str(spec)) for spec, ms in sel.timings.items() if math.isfinite(ms))
         row[f"{variant}_tuning_top5_ms"] = [[spec, ms] for ms, spec in ranked[:5]]
+        noise = {str(t.spec): t.noise for t in sel.report.timings}
+        row[f"{variant}_tuning_top5_noise"] = [noise.get(spec) for spec, _ in row[f"{variant}_tuning_top5_ms"]]
         row[f"{variant}_failed"] = {str(t.spec): t.error for t in sel.report.timings if getattr(t, "error", None)}
         row[f"{variant}_tuning_aten_ms"] = min((ms for ms, spec in ranked if spec.startswith("aten")), default=None)
         row[f"{variant}_rel_error"] = relative_error(sel.kernel(*tensors), ref)

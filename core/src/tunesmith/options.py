@@ -168,7 +168,9 @@ class Options:
         "seconds one choice may spend precompiling, or being timed, before its worker is killed (subprocess)",
     )
     tie_tolerance: float = _field(
-        0.01, parse_fraction, "times this close to the best (relative, widened by the measured noise) are ties"
+        0.01,
+        parse_fraction,
+        "times this close to the best (relative; widened by the measured noise, to twice the standard error) are ties",
     )
     cache_backoff_s: float = _field(
         30.0, lambda v: parse_seconds(v, optional=False), "seconds a failing cache layer is skipped"

@@ -32,6 +32,11 @@ from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Ti
 
 #: the most that measured noise widens a tie (a noisier measurement says little either way)
 MAX_NOISE_TIE = 0.05
+#: the standard error of a median of n samples, in interquartile ranges over the square root of n
+#: (for normally spread samples: 1.2533 standard deviations, and an interquartile range is 1.349)
+MEDIAN_STANDARD_ERROR = 0.93
+#: two medians this many standard errors of their difference apart are not a tie
+TIE_STANDARD_ERRORS = 2.0
 
 
 @attrs.frozen
@@ -165,7 +170,7 @@ def _tune(
         raise RuntimeError(f"the benchmarker returned {len(timings)} timings for {len(choices)} choices")
     timings = list(timings)
     ref = reference(problem, inputs) if options.verify else None
-    for i in ranked(timings, options.tie_tolerance):
+    for i in ranked(timings, options.tie_tolerance, options.bench_repeat):
         try:
             kernel = runnable(choices[i])  # a choice timed in a worker is compiled here only now
         except Exception as exc:  # noqa: BLE001 - the next best is taken
@@ -186,25 +191,27 @@ def _tune(
     raise NoValidChoicesError(describe(problem), {**reasons, **_failures(choices, timings)})
 
 
-def ranked(timings: Sequence[Timing], tie_tolerance: float) -> list[int]:
-    """The timed choices, best first. Times within ``tie_tolerance`` of the best, or within their
-    measured noise (up to ``MAX_NOISE_TIE``), are ties, won by the earlier choice (the earlier
-    backend in ``backends``), so that every process picks the same."""
+def ranked(timings: Sequence[Timing], tie_tolerance: float, samples: int) -> list[int]:
+    """The timed choices, best first. Times within ``tie_tolerance`` of the best, or within twice
+    the standard error of the two medians' difference (each a median of ``samples`` repeats,
+    its noise the spread; up to ``MAX_NOISE_TIE``), are ties, won by the earlier choice (the
+    earlier backend in ``backends``), so that every process picks the same."""
     left = [i for i, t in enumerate(timings) if t.ok]
     order = []
     while left:
         best = min(left, key=lambda i: timings[i].ms)
         fastest = timings[best]
         winner = next(
-            i for i in left if timings[i].ms <= fastest.ms * (1 + _margin(tie_tolerance, fastest, timings[i]))
+            i for i in left if timings[i].ms <= fastest.ms * (1 + _margin(tie_tolerance, fastest, timings[i], samples))
         )
         order.append(winner)
         left.remove(winner)
     return order
 
 
-def _margin(tie_tolerance: float, a: Timing, b: Timing) -> float:
-    return max(tie_tolerance, min(max(a.noise, b.noise), MAX_NOISE_TIE))
+def _margin(tie_tolerance: float, a: Timing, b: Timing, samples: int) -> float:
+    error = MEDIAN_STANDARD_ERROR * math.hypot(a.noise, b.noise) / math.sqrt(max(samples, 1))
+    return max(tie_tolerance, min(TIE_STANDARD_ERRORS * error, MAX_NOISE_TIE))
 
 
 def _verify(

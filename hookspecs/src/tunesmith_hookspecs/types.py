@@ -209,8 +209,9 @@ class ChoiceSpec:
 class Timing:
     """The measured time of one choice in milliseconds: ``math.inf`` with ``error`` when it failed.
 
-    ``noise`` is the relative spread of the samples (interquartile range over the median, 0 when
-    unknown): selection treats times that close to the best as ties, won by the earlier backend.
+    ``noise`` is the relative spread of the samples (interquartile range over the median of
+    ``bench_repeat`` samples, 0 when unknown): selection widens its tie margin by it (to twice
+    the standard error of the two medians' difference), and a tie goes to the earlier backend.
     """
 
     spec: ChoiceSpec
