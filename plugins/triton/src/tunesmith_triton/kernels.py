@@ -35,32 +35,12 @@ CODES = {
     "mul": 8,  # + 2: 10
     "cast:float16": 11,
     "cast:bfloat16": 12,
-    "gelu:erfc": 13,  # GELU through a branch-free erfc (experiment: not offered)
 }
 
 
 @triton.jit
 def _tanh(x):
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
-
-
-@triton.jit
-def _phi(x):
-    """The normal distribution's CDF, from erfc's Chebyshev fit (Numerical Recipes' erfcc,
-    relative error under 1.2e-7 everywhere): the tail is computed directly, never 1 - (1 - tail)."""
-    z = tl.abs(x) * 0.7071067811865476
-    t = 1.0 / (1.0 + 0.5 * z)
-    p = -0.82215223 + t * 0.17087277
-    p = 1.48851587 + t * p
-    p = -1.13520398 + t * p
-    p = 0.27886807 + t * p
-    p = -0.18628806 + t * p
-    p = 0.09678418 + t * p
-    p = 0.37409196 + t * p
-    p = 1.00002368 + t * p
-    p = -1.26551223 + t * p
-    tail = 0.5 * t * tl.exp(p - z * z)
-    return tl.where(x >= 0, 1.0 - tail, tail)
 
 
 @triton.jit
@@ -89,8 +69,6 @@ def _step(acc, CODE: tl.constexpr, scalar, e_ptr, s_b, s_m, s_n, b, om, on, mask
         acc = acc.to(tl.float16).to(tl.float32)
     elif CODE == 12:
         acc = acc.to(tl.bfloat16).to(tl.float32)
-    elif CODE == 13:
-        acc = acc * _phi(acc)
     return acc
 
 
