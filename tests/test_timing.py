@@ -43,8 +43,9 @@ def test_measured_noise_widens_the_tie_by_twice_the_standard_error_of_the_differ
     assert ranked([Timing(A, 1.04), Timing(B, 1.0, noise=0.1)], 0.01, 10) == [0, 1]
     assert ranked([Timing(A, 1.04, noise=0.1), Timing(B, 1.0)], 0.01, 10) == [0, 1]
     assert ranked([Timing(A, 1.06, noise=0.1), Timing(B, 1.0)], 0.01, 10) == [1, 0]
-    # decode_m16 on the H100: split-K 4.7% faster than ATen, both spread 5%: margin 2 * 0.93 *
-    # 0.0707 / sqrt(10) = 4.2%, not a tie; from 3 samples the margin is 5% and it is
+    # a gap like decode_m16's on the H100 (4.7%) with both spreads at 5%: margin 2 * 0.93 *
+    # 0.0707 / sqrt(10) = 4.2%, not a tie (the old margin, the larger spread, made it one); from
+    # 3 samples the margin is 5% and it is a tie
     assert ranked([Timing(A, 1.047, noise=0.05), Timing(B, 1.0, noise=0.05)], 0.01, 10) == [1, 0]
     assert ranked([Timing(A, 1.047, noise=0.05), Timing(B, 1.0, noise=0.05)], 0.01, 3) == [0, 1]
     # more samples, a narrower margin, down to tie_tolerance
