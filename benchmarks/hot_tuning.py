@@ -31,10 +31,11 @@ from tunesmith_hookspecs import ChoiceSpec
 
 CASES = "square_8192_bf16,llama7b_qkv_prefill,llama7b_up_prefill,llama7b_down_prefill,llama70b_qkv_prefill"
 WIDE = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "subtile": 2}
+#: params of the TMA template
 CONFIGS = {
-    "ws s3": ("gemm_tma", {**WIDE, "num_stages": 3, "persistent": True, "warp_specialize": True}),
-    "ws s4": ("gemm_tma", {**WIDE, "num_stages": 4, "persistent": True, "warp_specialize": True}),
-    "tma s3": ("gemm_tma", {**WIDE, "num_stages": 3}),
+    "ws s3": {**WIDE, "num_stages": 3, "persistent": True, "warp_specialize": True},
+    "ws s4": {**WIDE, "num_stages": 4, "persistent": True, "warp_specialize": True},
+    "tma s3": {**WIDE, "num_stages": 3},
 }
 TRIALS = 3
 ROUNDS = 9
@@ -79,8 +80,8 @@ def run_case(name: str, preheat: list[float]) -> dict[str, Any]:
     paths: dict[str, Any] = {"aten": lambda: eager(scalars, *tensors)}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     errors = {}
-    for label, (template, params) in CONFIGS.items():
-        run = TritonChoice(ChoiceSpec("triton", template, params), problem, "ieee", sms=sms).kernel()
+    for label, params in CONFIGS.items():
+        run = TritonChoice(ChoiceSpec("triton", "gemm_tma", params), problem, "ieee", sms=sms).kernel()
         errors[label] = relative_error(run(*inputs), ref)
         if errors[label] <= tolerance(problem):
             paths[label] = lambda run=run: run(*inputs)
