@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,13 +17,17 @@ import tunesmith
 import tunesmith_hookspecs
 from tunesmith.compile.dispatch import Recipe
 
-from conftest import rand, run_env
+from conftest import Mine, rand, run_env
 
 TOL = 1e-4  # float32 against eager float32, relative by norm
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
+def fresh_dynamo(monkeypatch):
+    """A fresh Dynamo, and the ``eager`` graph compiler: these tests read the lowered graph as
+    AOTAutograd gives it, before the decompositions of Inductor (the default, which the tests of
+    test_models.py and those below that name it cover)."""
+    monkeypatch.setenv("TUNESMITH_GRAPH_COMPILER", "eager")
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -423,9 +428,14 @@ def test_a_plugins_graph_compiler_gets_the_lowered_graph(register):
             return compile_graph
 
     register(Compiler(), "counting")
+    register(Mine())
     a, b = rand(5, 4), rand(4, 6)
-    out = torch.compile(lambda a, b: a @ b, backend="tunesmith", options={"graph_compiler": "counting"})(a, b)
+    options = {"graph_compiler": "counting", "backends": ["mine"]}
+    out = torch.compile(lambda a, b: a @ b, backend="tunesmith", options=options)(a, b)
     assert close(out, a @ b) and seen == [["tunesmith.gemm.default"]]
+    torch._dynamo.reset()
+    torch.compile(lambda a, b: a @ b, backend="tunesmith", options={"graph_compiler": "counting"})(a, b)
+    assert seen[-1] == ["aten.mm.default"], "ATen's winner was not given back to the graph as ATen's op"
     torch._dynamo.reset()
     with pytest.raises(Exception, match="graph_compiler='nonesuch': no plugin compiles graphs by that name"):
         torch.compile(lambda a, b: a @ b, backend="tunesmith", options={"graph_compiler": "nonesuch"})(a, b)
@@ -526,13 +536,14 @@ def test_a_second_run_of_a_model_script_reports_the_plan(tmp_path, capsys):
 def test_compile_options_reach_a_graph_that_inductor_serves_from_its_cache(tmp_path, monkeypatch):
     """A fresh process whose graph comes from Inductor's FX graph cache still tunes with the
     options given to torch.compile (here: the cache folder)."""
-    script = (
-        "import sys, torch\n"
+    script = (  # a backend that is not ATen's plain op, so that the graph keeps a tunesmith call
+        "import sys, torch, tunesmith, conftest\n"
+        "tunesmith.register(conftest.Mine())\n"
         "f = torch.compile(lambda a, b: torch.relu(a @ b), backend='tunesmith',\n"
-        "                  options={'graph_compiler': 'inductor', 'cache_dir': sys.argv[1]})\n"
+        "                  options={'graph_compiler': 'inductor', 'cache_dir': sys.argv[1], 'backends': ['mine']})\n"
         "f(torch.randn(8, 4), torch.randn(4, 6))\n"
     )
-    env = run_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    env = run_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), PYTHONPATH=str(Path(__file__).parent))
     for run in ("first", "second"):
         subprocess.run([sys.executable, "-c", script, str(tmp_path / run)], env=env, check=True, timeout=300)
         assert list((tmp_path / run).glob("entries/*/*.json")), f"the {run} process did not use its cache_dir"

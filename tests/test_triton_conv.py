@@ -1,6 +1,6 @@
 """The Triton plugin's conv template, run in Triton's interpreter on the CPU (``TRITON_INTERPRET=1``,
 in a subprocess: the flag is read when the kernels are defined): 1x1, 3x3 and other kernels,
-NCHW and channels_last inputs, stride, padding and dilation, bias, float32 and float16, an epilogue
+NCHW and channels_last inputs (and outputs), stride, padding and dilation, bias, float32 and float16, an epilogue
 chain, each choice and its rebuilt twin against the float64 reference; and what it declines."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ for kernel, layout, scalars, bias, dtype, chain, channels in cases:
             layouts.add(tuple(out.stride()) == problem.output.stride)
     rows.append({"case": f"{kernel}-{layout}-{scalars}-bias={bias}-{str(dtype)[6:]}-{chain}-C={channels}",
                  "choices": len(choices), "worst": max(errors, default=None), "tolerance": tolerance(problem),
-                 "layouts_right": layouts == {True}})
+                 "layouts_right": layouts == {True}, "channel_stride": problem.output.stride[1]})
 
 def offered(ts, scalars, epilogue=()):
     problem = build_problem("conv", ts, scalars, list(epilogue))[0]
@@ -108,7 +108,9 @@ def test_every_conv_case_is_right_in_the_interpreter(interpreted):
     wrong = [r for r in rows if not r["worst"] <= r["tolerance"]]
     assert not wrong, f"wrong results: {wrong[:5]}"
     misplaced = [r["case"] for r in rows if not r["layouts_right"]]
-    assert not misplaced, f"output not contiguous NCHW: {misplaced}"
+    assert not misplaced, f"output not in the Problem's layout: {misplaced}"
+    last = [r["channel_stride"] == 1 for r in rows if "channels_last" in r["case"]]
+    assert last and all(last), "a channels_last input's conv Problem does not ask for a channels_last output"
 
 
 def test_grouped_bfloat16_and_unflattenable_operands_get_no_conv_choice(interpreted):

@@ -13,7 +13,14 @@ from typing import Any
 from tunesmith import hooks
 from tunesmith.cache.stack import reset_backoff
 from tunesmith.counters import counters
-from tunesmith.errors import NoValidChoicesError, OptionError, ProblemError, TunesmithError, TunesmithWarning
+from tunesmith.errors import (
+    CaptureError,
+    NoValidChoicesError,
+    OptionError,
+    ProblemError,
+    TunesmithError,
+    TunesmithWarning,
+)
 from tunesmith.options import Options
 from tunesmith.plugins import get_system
 from tunesmith.selection import Selection, clear_memory
@@ -66,6 +73,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "SPEC_VERSION",
+    "CaptureError",
     "Estimate",
     "NoValidChoicesError",
     "OptionError",

@@ -27,5 +27,9 @@ class NoValidChoicesError(TunesmithError, RuntimeError):
         super().__init__("\n".join(lines))
 
 
+class CaptureError(TunesmithError, RuntimeError):
+    """Selection was asked for while a CUDA graph was being captured, where tuning cannot run."""
+
+
 class TunesmithWarning(UserWarning):
     """Something went wrong that tunesmith recovered from (a bad cache entry, a failed layer)."""

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tunesmith.problem import same_layout
 from tunesmith_hookspecs import EpilogueOp, Problem
 
 _UNARY = {
@@ -83,13 +84,17 @@ def apply_steps(
 
 def finish(problem: Problem, out: torch.Tensor, tensors: Sequence[torch.Tensor], done: int = 0) -> torch.Tensor:
     """Apply the epilogue to the op's result ``out``, past its first ``done`` steps (which a kernel
-    applied itself); return the contiguous output of the output dtype."""
-    out = apply_steps(problem.epilogue[done:], out, tensors)
-    return out.to(getattr(torch, problem.output.dtype)).contiguous()
+    applied itself); return the output in the Problem's layout and dtype (row-major, or for a
+    conv, the layout torch's conv gives: channels-last from channels-last inputs)."""
+    want = problem.output
+    out = apply_steps(problem.epilogue[done:], out, tensors).to(getattr(torch, want.dtype))
+    if same_layout(out, want):
+        return out
+    return torch.empty_strided(want.shape, want.stride, dtype=out.dtype, device=out.device).copy_(out)
 
 
 def run(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The eager result of the whole Problem, as a fresh contiguous tensor."""
+    """The eager result of the whole Problem, as a fresh tensor in the Problem's layout."""
     with torch.no_grad():
         return finish(problem, run_op(problem, tensors), tensors)
 

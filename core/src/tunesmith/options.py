@@ -149,7 +149,12 @@ class Options:
     )
     budget_s: float | None = _field(None, parse_seconds, "wall-clock budget for tuning one problem")
     graph_compiler: str = _field(
-        "eager", parse_name, "what compiles the rest of a graph: eager, inductor, or a plugin's"
+        "inductor", parse_name, "what compiles the rest of a graph: inductor, eager, or a plugin's"
+    )
+    cudagraphs: bool = _field(
+        False,
+        parse_bool,
+        "run compiled graphs under CUDA graphs (torch.compile's modes reduce-overhead and max-autotune set it)",
     )
     cache_dir: str | None = _field(None, parse_optional_str, "local cache folder; none = the user cache dir")
     cache_secret: str | None = _field(

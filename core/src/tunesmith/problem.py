@@ -280,9 +280,32 @@ def build_problem(
         out_dtype = step.dtype or out_dtype
     inputs = [*tensors, *extra]
     output = TensorMeta.contiguous(shape, out_dtype, device.type)
+    if op == "conv":
+        output = TensorMeta(output.shape, _conv_strides(tensors, shape), out_dtype, device.type)
     scalar_values = {k: list(v) if isinstance(v, tuple) else v for k, v in parsed.items()}
     problem = Problem(op, tuple(tensor_meta(t) for t in inputs), output, tuple(steps), scalar_values)
     return problem, inputs
+
+
+def _conv_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides torch's conv (cuDNN's, oneDNN's) gives its output for these inputs:
+    channels-last when the input or the weight is channels-last. A network's graph expects that
+    layout, so every kernel writes it."""
+
+    def last(t: torch.Tensor) -> bool:
+        return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+    out = torch.empty(shape, device="meta")
+    if last(tensors[0]) or last(tensors[1]):
+        out = out.contiguous(memory_format=torch.channels_last)
+    return tuple(out.stride())
+
+
+def same_layout(tensor: torch.Tensor, meta: TensorMeta) -> bool:
+    """Whether ``tensor`` is laid out as ``meta`` says (strides of size-1 dimensions aside)."""
+    return tuple(tensor.shape) == meta.shape and all(
+        size == 1 or st == want for size, st, want in zip(meta.shape, tensor.stride(), meta.stride, strict=True)
+    )
 
 
 def is_empty(problem: Problem) -> bool:

@@ -22,9 +22,10 @@ from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
 from tunesmith.cache.flight import SingleFlight
 from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
+from tunesmith.capture import capturing
 from tunesmith.cost.prune import prune
 from tunesmith.counters import bump
-from tunesmith.errors import NoValidChoicesError, TunesmithWarning
+from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
 from tunesmith.ops import reference, relative_error, tolerance
 from tunesmith.options import Options
 from tunesmith.plugins import get_system
@@ -96,7 +97,11 @@ def _make(problem: Problem, key: str, entry: SelectionEntry, kernel: Callable[..
 
 
 def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -> Selection:
-    """The selection for ``problem``, from the first cache layer that has it, else freshly tuned."""
+    """The selection for ``problem``, from the first cache layer that has it, else freshly tuned.
+    Raises :class:`CaptureError` during a CUDA graph's capture (a compiled graph selects its
+    kernels when compiling or in the warm-up run before capture)."""
+    if capturing():
+        raise CaptureError(f"cannot select a kernel for {describe(problem)} while a CUDA graph is captured")
     device = inputs[0].device
     key = selection_key(problem, device, _backends_with_versions(options))
     with _memory_lock:

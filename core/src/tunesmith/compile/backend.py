@@ -1,12 +1,13 @@
-"""``torch.compile(model, backend="tunesmith", options={...})``: the pipeline of DESIGN.md.
+"""``torch.compile(model, backend="tunesmith", mode=..., options={...})``: the pipeline of DESIGN.md.
 
 Pre-grad passes on the Dynamo graph, then AOTAutograd (forward and backward, so training GEMMs
 are tuned too) with the joint-graph passes on the joint graph (or the inference graph), then the
 post-grad stage on each graph (passes, compiled-graph cache, lowering, tuning), then the graph
-compiler for the rest: ``eager`` runs the lowered FX graph as is, a plugin's
-``tunesmith_graph_compiler`` gets it to compile, and ``inductor`` hands the whole pipeline to
-Inductor with tunesmith's stages as its custom passes, so that Inductor compiles everything but
-tunesmith's GEMMs, which it calls as extern kernels.
+compiler for the rest: ``inductor`` (the default) hands the whole pipeline to Inductor with
+tunesmith's stages as its custom passes, so that Inductor compiles everything but tunesmith's
+GEMMs, which it calls as extern kernels; ``eager`` runs the lowered FX graph as is; a plugin's
+``tunesmith_graph_compiler`` gets it to compile. torch's ``mode`` sets ``cudagraphs``: the
+modes ``reduce-overhead`` and ``max-autotune`` run the compiled graphs under CUDA graphs.
 """
 
 from __future__ import annotations
@@ -19,16 +20,28 @@ import torch.fx as fx
 
 from tunesmith import hooks
 from tunesmith.compile import dispatch
+from tunesmith.compile.cudagraphs import Captured
 from tunesmith.compile.stages import post_grad, run_passes
+from tunesmith.errors import OptionError
 from tunesmith.options import Options
 from tunesmith.settings import current_options
 
 log = logging.getLogger(__name__)
 
 
-def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[str, Any] | None = None) -> Any:
-    """The ``tunesmith`` backend of ``torch.compile`` (registered under ``torch_dynamo_backends``)."""
-    settings = current_options(options)
+#: torch.compile's modes, and whether each runs compiled graphs under CUDA graphs
+MODES = {"default": False, "reduce-overhead": True, "max-autotune": True, "max-autotune-no-cudagraphs": False}
+
+
+def backend(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    mode: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Any:
+    """The ``tunesmith`` backend of ``torch.compile`` (registered under ``torch_dynamo_backends``);
+    torch passes ``mode`` and ``options`` as given to ``torch.compile``."""
+    settings = current_options(with_mode(mode, options))
     run_passes("pre_grad", gm.graph, settings)
     gm.recompile()
     if settings.graph_compiler == "inductor":
@@ -39,16 +52,26 @@ def backend(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Mapping[
     return _aot(gm, example_inputs, settings, codegen)
 
 
+def with_mode(mode: str | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The per-call settings of a compile: ``options`` over what ``mode`` sets."""
+    if mode is not None and mode not in MODES:
+        raise OptionError(f"torch.compile mode {mode!r} is not one of " + ", ".join(map(repr, MODES)))
+    return ({"cudagraphs": MODES[mode]} if mode is not None else {}) | dict(options or {})
+
+
 def _aot(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, codegen: Callable[..., Any]) -> Any:
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import default_partition
+
+    captured = Captured(len(example_inputs)) if settings.cudagraphs else None
 
     def compiler(kind: str) -> Callable[..., Any]:
         def compile_graph(graph_module: fx.GraphModule, inputs: Sequence[Any]) -> Any:
             if kind == "inference":
                 joint_passes(graph_module.graph, settings)
             post_grad(graph_module, settings, kind)
-            return codegen(graph_module, inputs)
+            compiled = codegen(graph_module, inputs)
+            return captured.wrap(compiled, graph_module, inputs, kind) if captured else compiled
 
         return compile_graph
 

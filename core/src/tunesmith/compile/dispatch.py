@@ -1,11 +1,14 @@
 """The ``tunesmith::gemm`` custom op that lowered graphs call, and its run-time dispatch.
 
-A call carries a *recipe* (JSON: the op, its scalars, the epilogue steps, the settings' id) and
-the tensors (the op's, then the epilogue operands). The first call with a new layout (shapes,
-strides, dtypes, device) builds the Problem and selects its kernel, through the caches or by
-tuning; every later call with that layout is one dict look-up. The fake implementation is the
-eager semantics on fake tensors, so the graph stays traceable (and Inductor treats the op as an
-extern call).
+A call carries a *recipe* (JSON: the op, its scalars, the epilogue steps, the settings' id and,
+where the shapes were known when compiling, the Problem's key) and the tensors (the op's, then
+the epilogue operands). A recipe with a key is bound to its kernel when the graph is compiled:
+each call is one dict look-up by the recipe. Without a key (``dynamic=True``), the first call
+with a new layout (shapes, strides, dtypes, device) builds the Problem and selects its kernel,
+through the caches or by tuning, and later calls with that layout find it by the layout. While a
+CUDA graph is captured nothing is selected: a call whose kernel is not known yet runs torch's own
+ops. The fake implementation is the eager semantics on fake tensors, so the graph stays
+traceable (and Inductor treats the op as an extern call).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +25,7 @@ import attrs
 import torch
 
 from tunesmith import ops
+from tunesmith.capture import capturing
 from tunesmith.options import Options
 from tunesmith.problem import build_problem, is_empty
 from tunesmith.selection import select
@@ -29,11 +34,15 @@ from tunesmith_hookspecs import EpilogueOp, Problem
 
 Kernel = Callable[..., torch.Tensor]
 
+log = logging.getLogger(__name__)
+
 
 @attrs.frozen
 class Recipe:
     """What one lowered call computes, apart from its tensors' layouts. ``order`` is the output's
-    dims from outermost to innermost in memory (None: contiguous), as the graph expects it."""
+    dims from outermost to innermost in memory (None: contiguous), as the graph expects it;
+    ``key`` is the Problem's key where the shapes were known when compiling (the call's kernel is
+    then bound to the recipe)."""
 
     op: str
     scalars: dict[str, Any]
@@ -41,11 +50,14 @@ class Recipe:
     num_op_inputs: int
     options_id: str
     order: tuple[int, ...] | None = None
+    key: str | None = None
 
     def to_json(self) -> str:
         steps = [attrs.asdict(s, filter=lambda _, v: v is not None) for s in self.epilogue]
         body = {"op": self.op, "scalars": self.scalars, "epilogue": steps, "n": self.num_op_inputs}
         body |= {"options": self.options_id, "order": list(self.order) if self.order else None}
+        if self.key is not None:
+            body["key"] = self.key
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
@@ -54,7 +66,7 @@ class Recipe:
         data = json.loads(text)
         steps = tuple(EpilogueOp(**s) for s in data["epilogue"])
         order = tuple(data["order"]) if data.get("order") else None
-        return Recipe(data["op"], data["scalars"], steps, data["n"], data["options"], order)
+        return Recipe(data["op"], data["scalars"], steps, data["n"], data["options"], order, data.get("key"))
 
     def problem(self, tensors: Sequence[torch.Tensor]) -> tuple[Problem, list[torch.Tensor]]:
         """The Problem of these tensors, as ``tunesmith.tune`` would build it."""
@@ -93,10 +105,12 @@ def _settings(ident: str) -> Options:
     return _options.get(ident) or current_options()  # a graph cached by another process
 
 
-# --- the kernels known per (recipe, layout) ---
+# --- the kernels: bound to a recipe with a key, else known per (recipe, layout) ---
 
+_bound: dict[str, Kernel] = {}
 _kernels: dict[tuple[Any, ...], Kernel] = {}
 _lock = threading.Lock()
+_capture_warned: set[str] = set()
 
 
 def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
@@ -106,32 +120,51 @@ def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
     return (recipe, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, *layouts)
 
 
-def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel) -> Kernel:
-    """Keep the kernel of this layout, wrapped once here (not per call) where the recipe asks
-    for another memory order than the kernel's contiguous result; returns what was kept."""
+def _in_order(recipe: str, kernel: Kernel) -> Kernel:
+    """``kernel``, wrapped once (not per call) where the recipe asks for another memory order
+    than the kernel's contiguous result."""
     order = Recipe.from_json(recipe).order
-    if order is not None:
-        kernel = functools.partial(_laid_out, kernel, order)
+    return kernel if order is None else functools.partial(_laid_out, kernel, order)
+
+
+def remember(recipe: str, tensors: Sequence[torch.Tensor], kernel: Kernel, problem: Problem | None = None) -> Kernel:
+    """Keep the kernel of this layout, bound to the recipe itself where the recipe names this
+    Problem (``problem``: the Problem of ``tensors``, when the caller has it); returns what was kept."""
+    kernel = _in_order(recipe, kernel)
+    wanted = Recipe.from_json(recipe).key
     with _lock:
         _kernels[layout_key(recipe, tensors)] = kernel
+        if wanted is not None and problem is not None and problem.key() == wanted:
+            _bound[recipe] = kernel
     return kernel
 
 
 def clear() -> None:
     with _lock:
+        _bound.clear()
         _kernels.clear()
+        _capture_warned.clear()
 
 
 def select_kernel(recipe: str, tensors: Sequence[torch.Tensor]) -> Kernel:
-    """The kernel for tensors of this layout: selected (cached or tuned) at first sight."""
+    """The kernel for tensors of this layout: selected (cached or tuned) at first sight; during a
+    CUDA graph's capture, torch's own ops, not remembered, so that the next call selects."""
     parsed = Recipe.from_json(recipe)
     problem, inputs = parsed.problem(tensors)
     if is_empty(problem):
-        kernel: Kernel = functools.partial(_eager, problem)
-    else:
-        with torch.no_grad():
-            kernel = select(problem, inputs, _settings(parsed.options_id)).kernel
-    return remember(recipe, tensors, kernel)
+        return remember(recipe, tensors, functools.partial(_eager, problem))
+    if capturing():
+        if problem.key() not in _capture_warned:
+            _capture_warned.add(problem.key())
+            log.warning(
+                "tunesmith: %s first ran while a CUDA graph was captured, so torch's own kernel was "
+                "captured for it; a warm-up run before capture selects the tuned one",
+                parsed.op,
+            )
+        return _in_order(recipe, functools.partial(_eager, problem))
+    with torch.no_grad():
+        kernel = select(problem, inputs, _settings(parsed.options_id)).kernel
+    return remember(recipe, tensors, kernel, problem)
 
 
 def _eager(problem: Problem, *tensors: torch.Tensor) -> torch.Tensor:
@@ -140,7 +173,7 @@ def _eager(problem: Problem, *tensors: torch.Tensor) -> torch.Tensor:
 
 def run(recipe: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     """One lowered GEMM-family op with its epilogue (see the module docstring)."""
-    kernel = _kernels.get(layout_key(recipe, tensors)) or select_kernel(recipe, tensors)
+    kernel = _bound.get(recipe) or _kernels.get(layout_key(recipe, tensors)) or select_kernel(recipe, tensors)
     return kernel(*tensors)
 
 

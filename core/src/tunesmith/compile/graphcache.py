@@ -28,6 +28,7 @@ from tunesmith_hookspecs import SPEC_VERSION, ChoiceSpec, SerdeError, structure,
 log = logging.getLogger(__name__)
 
 #: settings that change where answers are stored, or how fast tuning runs, not which kernel wins
+#: (``cudagraphs`` does: without CUDA graphs a call's launch counts too)
 STORAGE_SETTINGS = frozenset(
     {"caches", "cache_dir", "cache_secret", "cache_backoff_s", "cache_lock_ttl_s", "cache_lock_wait_s"}
     | {"compile_threads", "devices", "bench_timeout_s"}

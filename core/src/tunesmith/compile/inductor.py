@@ -64,5 +64,6 @@ def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], set
         "joint_custom_pre_pass": _Stage(lambda g: run_passes("joint_pre", g, settings), f"{ident}-joint-pre"),
         "joint_custom_post_pass": _Stage(lambda g: run_passes("joint_post", g, settings), f"{ident}-joint-post"),
         "post_grad_custom_pre_pass": _Stage(lowering, f"{ident}-post-grad"),
+        "triton.cudagraphs": settings.cudagraphs,
     }
     return compile_fx(gm, example_inputs, config_patches=patches)

@@ -187,14 +187,16 @@ def lower(gm: fx.GraphModule, lowerings: Sequence[Any], options_id: str) -> list
         if order is False:
             log.debug("not lowering %s at %s: its result's layout is not dense", match.op, node.name)
             continue
-        recipe = Recipe(match.op, dict(match.scalars), tuple(numbered), n, options_id, order).to_json()
+        recipe_of = Recipe(match.op, dict(match.scalars), tuple(numbered), n, options_id, order)
         vals = [_val(x) for x in (*match.inputs, *operands)]
         if not any(symbolic(v) for v in vals):
             try:  # the shapes are known: the Problem must build (the call is tuned right after)
-                Recipe.from_json(recipe).problem(vals)
+                problem, _ = recipe_of.problem(vals)
             except ProblemError as exc:
                 log.debug("not lowering %s at %s: %s", match.op, node.name, exc)
                 continue
+            recipe_of = attrs.evolve(recipe_of, key=problem.key())
+        recipe = recipe_of.to_json()
         with graph.inserting_before(tail):
             call = graph.call_function(gemm, (recipe, [*match.inputs, *operands]))
         call.meta["val"] = gemm(recipe, vals)
@@ -207,6 +209,65 @@ def lower(gm: fx.GraphModule, lowerings: Sequence[Any], options_id: str) -> list
     graph.lint()
     gm.recompile()
     return done
+
+
+# --- giving a call back to the graph ---
+
+_RESTORED_UNARY = {name: target for target, name in _UNARY.items()}
+
+
+def restore(graph: fx.Graph, call: fx.Node) -> bool:
+    """Put ATen's ops back in place of a lowered call (its winner was ATen's own ops, which the
+    graph compiler then runs, and fuses, as it would without tunesmith). Left as it is, and
+    False, where the ops would not give the layout the graph expects of the call."""
+    recipe = Recipe.from_json(call.args[0])
+    tensors = list(call.args[1])
+    made: list[fx.Node] = []
+
+    def emit(target: Any, *args: Any, **kwargs: Any) -> fx.Node:
+        node = graph.call_function(target, args, kwargs)
+        node.meta["val"] = target(*fx.map_arg(args, _val), **kwargs)
+        node.meta["stack_trace"] = call.meta.get("stack_trace")
+        made.append(node)
+        return node
+
+    with graph.inserting_before(call):
+        out = _restored_op(emit, recipe, tensors)
+        for step in recipe.epilogue:
+            out = _restored_step(emit, step, out, tensors)
+    want, got = _val(call), _val(out)
+    if got.shape != want.shape or got.dtype != want.dtype or got.stride() != want.stride():
+        for node in reversed(made):
+            graph.erase_node(node)
+        return False
+    call.replace_all_uses_with(out)
+    graph.erase_node(call)
+    return True
+
+
+def _restored_op(emit: Any, recipe: Recipe, t: Sequence[Any]) -> fx.Node:
+    scalars = {k: v for k, v in recipe.scalars.items() if k in ("alpha", "beta") and v != 1}
+    if recipe.op in ("mm", "bmm"):
+        return emit(aten.mm.default if recipe.op == "mm" else aten.bmm.default, t[0], t[1])
+    if recipe.op in ("addmm", "baddbmm"):
+        return emit(aten.addmm.default if recipe.op == "addmm" else aten.baddbmm.default, *t[:3], **scalars)
+    if recipe.op == "mm_plus_mm":
+        return emit(aten.add.Tensor, emit(aten.mm.default, t[0], t[1]), emit(aten.mm.default, t[2], t[3]))
+    s = recipe.scalars
+    bias = t[2] if recipe.num_op_inputs == 3 else None
+    args = (s["stride"], s["padding"], s["dilation"], False, [0] * len(s["stride"]), s["groups"])
+    return emit(aten.convolution.default, t[0], t[1], bias, *args)
+
+
+def _restored_step(emit: Any, step: EpilogueOp, out: fx.Node, t: Sequence[Any]) -> fx.Node:
+    if step.name in _RESTORED_UNARY:
+        return emit(_RESTORED_UNARY[step.name], out)
+    if step.name in ("gelu", "gelu_tanh"):
+        return emit(aten.gelu.default, out, approximate="tanh" if step.name == "gelu_tanh" else "none")
+    if step.name == "cast":
+        return emit(torch.ops.prims.convert_element_type.default, out, getattr(torch, step.dtype))
+    other = t[step.input] if step.input is not None else step.scalar
+    return emit(aten.add.Tensor if step.name == "add" else aten.mul.Tensor, out, other)
 
 
 def symbolic(value: Any) -> bool:

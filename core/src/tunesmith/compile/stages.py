@@ -2,15 +2,19 @@
 
 The post-grad stage, run on every forward, backward and inference graph: the post-grad "pre"
 passes, the compiled-graph cache look-up, lowering, the kernels of every Problem whose shapes are
-known (from the plan on a hit, else selected: caches, then tuning), the plan stored on a miss,
-then the post-grad "post" passes. Problems of symbolic shapes are selected at first sight, when
-the graph runs.
+known (from the plan on a hit, else selected: caches, then tuning) bound to their calls, the plan
+stored on a miss, then the post-grad "post" passes. Last, each call whose winner is ATen's plain
+op is given back to the graph as ATen's ops, so that the graph compiler runs and fuses it as it
+would without tunesmith. Problems of symbolic shapes are selected at first sight, when the graph
+runs.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,14 +25,17 @@ from tunesmith import hooks
 from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
-from tunesmith.compile.lowering import AtenLowering, Lowered, lower, symbolic
+from tunesmith.compile.lowering import AtenLowering, Lowered, lower, restore, symbolic
 from tunesmith.counters import bump
 from tunesmith.options import Options
 from tunesmith.problem import is_empty, tensor_like, tensor_meta
-from tunesmith.selection import select
-from tunesmith_hookspecs import ChoiceSpec, SelectionReport
+from tunesmith.selection import Selection, select
+from tunesmith_hookspecs import ChoiceSpec, Problem, SelectionReport
 
 log = logging.getLogger(__name__)
+
+#: the choice that is the graph's own ops: ATen's op alone, then the epilogue's ops one by one
+GRAPH_OWN = ChoiceSpec(hooks.BASELINE_BACKEND, "eager")
 
 PASS_HOOKS = {
     "pre_grad": ("tunesmith_pre_grad_passes", None),
@@ -72,33 +79,83 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
     plan = found[0] if found else None
     lowered = lower(gm, [*hooks.lowerings(options), AtenLowering()], dispatch.options_id(options))
     chosen: dict[str, ChoiceSpec] = {}
+    own: list[fx.Node] = []
     with unset_fake_temporarily():  # tuning runs real kernels on real tensors
         for item in lowered:
-            chosen.update(_prepare(item, plan, options))
+            found = _prepare(item, plan, options)
+            if found is not None:
+                chosen[found[0]] = found[1]
+                if found[1] == GRAPH_OWN:
+                    own.append(item.node)
     if key and plan is None:
         stack.put(key, plan_payload(chosen))
     run_passes("post_grad_post", gm.graph, options)
+    alive = set(gm.graph.nodes)  # a "post" pass may have removed a call
+    for node in own:
+        if node in alive and not restore(gm.graph, node):
+            log.debug("kept %s as a tunesmith call: ATen's ops would change its layout", node.name)
+    gm.graph.lint()
     gm.recompile()
     return lowered
 
 
-def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options) -> dict[str, ChoiceSpec]:
-    """Ready the kernel of one lowered call whose shapes are known: from the plan, or selected."""
+def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options) -> tuple[str, ChoiceSpec] | None:
+    """Ready and bind the kernel of one lowered call whose shapes are known, from the plan or
+    selected; its Problem's key and chosen spec (None while the shapes are symbolic)."""
     vals: Sequence[Any] = [a.meta.get("val") for a in item.node.args[1]]
     if any(symbolic(v) for v in vals):
-        return {}  # selected when the graph runs with these shapes
+        return None  # selected when the graph runs with these shapes
     tensors = [tensor_like(tensor_meta(v), v.device) for v in vals]
     problem, inputs = dispatch.Recipe.from_json(item.recipe).problem(tensors)
     if is_empty(problem):
-        return {}
+        return None
     spec = plan.get(problem.key()) if plan is not None else None
     choice = hooks.rebuild_choice(spec, problem, options) if spec is not None else None
     if choice is not None:
         choice.precompile()
-        dispatch.remember(item.recipe, tensors, choice.kernel())
+        dispatch.remember(item.recipe, tensors, choice.kernel(), problem)
         hooks.selection_done(SelectionReport(problem, problem.key(), spec, (), source="plan"), options)
-        return {problem.key(): spec}
+        return problem.key(), spec
     with torch.no_grad():
         selection = select(problem, inputs, options)
-    dispatch.remember(item.recipe, tensors, selection.kernel)
-    return {problem.key(): selection.spec}
+    spec, kernel = selection.spec, selection.kernel
+    if not options.cudagraphs and spec != GRAPH_OWN and problem.device == "cuda":
+        spec, kernel = _with_launch_cost(item.recipe, problem, tensors, selection, options)
+    dispatch.remember(item.recipe, tensors, kernel, problem)
+    return problem.key(), spec
+
+
+def _with_launch_cost(
+    recipe: str, problem: Problem, tensors: Sequence[torch.Tensor], selection: Selection, options: Options
+) -> tuple[ChoiceSpec, Any]:
+    """Without CUDA graphs each call also costs its launch on the host: the winner stays only where
+    the longer of its GPU time and its call's host time (through the bound call, as the graph
+    makes it) beats the same for the graph's own ATen op; else the graph keeps ATen's op."""
+    own_ms = selection.timings.get(GRAPH_OWN, math.inf)
+    own = hooks.rebuild_choice(GRAPH_OWN, problem, options) if math.isfinite(own_ms) else None
+    if own is None:
+        return selection.spec, selection.kernel
+    own_kernel = own.kernel()
+    dispatch.remember(recipe, tensors, selection.kernel, problem)
+    with torch.no_grad():
+        win = max(selection.timings[selection.spec], _host_ms(lambda: dispatch.gemm(recipe, list(tensors))))
+        mine = max(own_ms, _host_ms(lambda: own_kernel(*tensors)))
+    if mine > win:
+        return selection.spec, selection.kernel
+    bump("launch_bound_to_aten")
+    log.info("%s: %s loses to ATen's op with its launch (%.4f ms against %.4f)", problem.op, selection.spec, win, mine)
+    return GRAPH_OWN, own_kernel
+
+
+def _host_ms(call: Callable[[], Any], calls: int = 20, rounds: int = 3) -> float:
+    """The host's time to enqueue one ``call`` (the least of ``rounds`` rounds), in ms."""
+    call()
+    torch.cuda.synchronize()
+    best = math.inf
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - start) / calls * 1e3)
+        torch.cuda.synchronize()
+    return best

@@ -326,7 +326,7 @@ class TritonChoice:
 
     def _output(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         out = self.problem.output
-        return torch.empty(out.shape, dtype=torch_dtype(out.dtype), device=tensors[0].device)
+        return torch.empty_strided(out.shape, out.stride, dtype=torch_dtype(out.dtype), device=tensors[0].device)
 
     def precompile(self) -> None:
         """Compile the kernels for this Problem's layout and load them, with their launcher (on a

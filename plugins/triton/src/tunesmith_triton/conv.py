@@ -183,7 +183,9 @@ class ConvChoice(TritonChoice):
             strides = pixel_strides(tensors[i].shape, tensors[i].stride(), out.shape)
             assert strides is not None, "conv_plan checked the operand's layout"
             operands.append((tensors[i], strides))
-        tail, meta = finish_args(self.plan, bias, operands, (out, (oc * oh * ow, 1, oh * ow)))
+        written = pixel_strides(out.shape, out.stride(), out.shape)  # NCHW or channels-last: both flatten
+        assert written is not None, "the Problem's output is dense"
+        tail, meta = finish_args(self.plan, bias, operands, (out, written))
         args = (
             x, w, c, x.shape[2], x.shape[3], oh, ow, oc, kw, kh * kw, *x.stride(), *w.stride(),
             *p.scalar("stride"), *p.scalar("padding"), *p.scalar("dilation"), *tail,

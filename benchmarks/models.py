@@ -1,0 +1,660 @@
+"""The model benchmark, tunesmith's headline number: real models' step time, GPU time and first-step
+time, compiled every way a user would, against Inductor ``max-autotune`` with CUDA graphs, in one
+run on one machine.
+
+    python benchmarks/models.py --json $OUT/models_h100.json --chart $OUT/models_h100.png
+    python benchmarks/models.py --models mlp_decode --variants eager,tunesmith --json out.json
+    python benchmarks/models.py --chart-only benchmarks/results/models_h100.json --chart out.png
+
+Models (``MODELS``): ``gpt2`` (GPT-2 small, 2 blocks with SDPA, 8x1024 tokens, forward and
+backward), ``llama`` (2 Llama-style layers: d 2048, GQA 16/4 heads, SwiGLU 5632, RMSNorm, RoPE,
+SDPA; 4x1024 tokens, inference), ``mlp_decode`` (two Llama-7B MLPs on 16 tokens, inference),
+``resnet50`` (torchvision, channels-last, batch 32, inference) and ``bert`` (Hugging Face
+``BertModel`` base built from its config, 16x128 tokens, inference); all bfloat16, random weights.
+
+Variants (``VARIANTS``): ``eager``; ``inductor`` (Inductor default); ``reduce_overhead``
+(default with CUDA graphs); ``max_autotune`` (with CUDA graphs: the anchor); ``max_autotune_nocg``;
+``tunesmith_default`` (``backend="tunesmith"``, no options); ``tunesmith`` (as docs/compile.md
+tells users to run it for speed: ``mode="max-autotune"``); ``tunesmith_aten_only`` (the same with
+``backends=["aten"]``: tuning must never lose to it).
+
+Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
+own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
+times the first step (``first_step_s``: compile, tuning and one run, to the GPU's last kernel);
+then the relative error by norm of the outputs (and, training, of the input's and every weight's
+gradient: the largest) against eager; then ``step_ms``: after warm-up, the median of 5 rounds of
+20 steps enqueued back to back, timed with CUDA events; and ``gpu_ms``: the profiler's device time
+over 10 steps, per step. tunesmith rows run a second process on the warm caches
+(``warm_first_step_s``).
+
+How the run is split (the 10-minute limit of one device call, and max-autotune's compiles, take
+minutes each): with two GPUs, the second runs max-autotune's cold compiles one after another on
+half of the CPU cores (``first_step_s``, and the error), capped at ``--limit`` seconds each, while
+the first runs every other row on the other half; then the first GPU times ``max_autotune`` and
+``max_autotune_nocg`` in fresh processes on max-autotune's warm caches (``max_autotune_nocg``'s
+``first_step_s`` is then a warm one: ``first_step_cache`` says so). All step and GPU times of a
+model come from the first GPU. With one GPU every row runs there, in turn. Rows are written to
+``--json`` as they finish, so a stopped run keeps what it measured; ``--resume`` skips rows there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WARMUP, ROUNDS, STEPS, PROFILED = 5, 5, 20, 10
+VARIANTS = (
+    "eager",
+    "inductor",
+    "reduce_overhead",
+    "max_autotune",
+    "max_autotune_nocg",
+    "tunesmith_default",
+    "tunesmith",
+    "tunesmith_aten_only",
+)
+#: variants whose first step is also measured in a second process on warm caches
+WARM = ("tunesmith_default", "tunesmith", "tunesmith_aten_only")
+ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
+
+
+# --- the models (built in the child process) ---
+
+
+def _gpt2(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, heads, batch, tokens = (64, 4, 2, 32) if small else (768, 12, 8, 1024)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+            x = x + self.proj(y)
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    model = nn.Sequential(Block(), Block(), nn.LayerNorm(d))
+    x = torch.randn(batch, tokens, d)
+    return model, (x,), True
+
+
+def _llama(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, heads, kv_heads, hidden, batch, tokens = (64, 4, 2, 160, 2, 32) if small else (2048, 16, 4, 5632, 4, 1024)
+    head = d // heads
+
+    class RMSNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            var = x.float().pow(2).mean(-1, keepdim=True)
+            return (x.float() * torch.rsqrt(var + 1e-5)).to(x.dtype) * self.weight
+
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        a, b = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-b, a), dim=-1) * sin
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1, self.norm2 = RMSNorm(), RMSNorm()
+            self.q = nn.Linear(d, heads * head, bias=False)
+            self.kv = nn.Linear(d, 2 * kv_heads * head, bias=False)
+            self.o = nn.Linear(d, d, bias=False)
+            self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+            self.down = nn.Linear(hidden, d, bias=False)
+
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            b, t, _ = x.shape
+            h = self.norm1(x)
+            q = self.q(h).view(b, t, heads, head).transpose(1, 2)
+            k, v = self.kv(h).view(b, t, 2, kv_heads, head).permute(2, 0, 3, 1, 4)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            k, v = (
+                z[:, :, None].expand(b, kv_heads, heads // kv_heads, t, head).reshape(b, heads, t, head) for z in (k, v)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+            x = x + self.o(y)
+            h = self.norm2(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([Layer(), Layer()])
+            freq = 1.0 / (10000 ** (torch.arange(0, head, 2).float() / head))
+            angles = torch.outer(torch.arange(tokens).float(), freq).repeat(1, 2)
+            self.register_buffer("cos", angles.cos())
+            self.register_buffer("sin", angles.sin())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x, self.cos, self.sin)
+            return x
+
+    return Model(), (torch.randn(batch, tokens, d),), False
+
+
+def _mlp_decode(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, hidden, tokens = (64, 172, 16) if small else (4096, 11008, 16)
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+            self.down = nn.Linear(hidden, d, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+
+    return nn.Sequential(MLP(), MLP()), (torch.randn(tokens, d),), False
+
+
+def _resnet50(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet18() if small else torchvision.models.resnet50()
+    batch, size = (2, 64) if small else (32, 224)
+    return model, (torch.randn(batch, 3, size, size),), False
+
+
+def _bert(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    from torch import nn
+    from transformers import BertConfig, BertModel
+
+    if small:
+        config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    else:
+        config = BertConfig()
+    batch, tokens = (2, 16) if small else (16, 128)
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = BertModel(config, add_pooling_layer=False)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.bert(input_ids=ids).last_hidden_state
+
+    return Encoder(), (torch.randint(0, config.vocab_size, (batch, tokens)),), False
+
+
+MODELS: dict[str, Callable[[str, bool], tuple[Any, tuple[Any, ...], bool]]] = {
+    "gpt2": _gpt2,
+    "llama": _llama,
+    "mlp_decode": _mlp_decode,
+    "resnet50": _resnet50,
+    "bert": _bert,
+}
+
+
+def compiled(variant: str, model: Any) -> Any:
+    import torch
+
+    if variant == "eager":
+        return model
+    if variant in ("inductor", "reduce_overhead", "max_autotune", "max_autotune_nocg"):
+        mode = {"inductor": None, "reduce_overhead": "reduce-overhead", "max_autotune": "max-autotune"}
+        return torch.compile(model, mode=mode.get(variant, "max-autotune-no-cudagraphs"))
+    if variant == "tunesmith_default":
+        return torch.compile(model, backend="tunesmith")
+    if variant == "tunesmith":
+        return torch.compile(model, backend="tunesmith", mode="max-autotune")
+    if variant == "tunesmith_aten_only":
+        return torch.compile(model, backend="tunesmith", options={"backends": ["aten"], "cudagraphs": True})
+    raise SystemExit(f"unknown variant {variant!r}")
+
+
+# --- one process: one model, one variant ---
+
+
+def measure(model_name: str, variant: str, device: str, small: bool, timed: bool) -> dict[str, Any]:
+    import torch
+
+    torch.manual_seed(0)
+    model, inputs, train = MODELS[model_name](device, small)
+    dtype = torch.bfloat16
+    model = model.to(device=device, dtype=dtype)
+    if model_name == "resnet50":
+        model = model.to(memory_format=torch.channels_last)
+        inputs = tuple(x.to(memory_format=torch.channels_last) for x in inputs)
+    inputs = tuple(x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype) for x in inputs)
+    if train:
+        inputs = tuple(x.requires_grad_() for x in inputs)
+    else:
+        model.eval()
+    cuda = device.startswith("cuda")
+    params = [p for p in model.parameters() if p.requires_grad] if train else []
+    grad_out: list[Any] = []
+
+    def step(fn: Any) -> Any:
+        if cuda:
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier outputs may be overwritten
+        if train:
+            for t in (*inputs, *params):
+                t.grad = None
+            out = fn(*inputs)
+            if not grad_out:
+                grad_out.append(torch.randn_like(out))
+            out.backward(grad_out[0])
+            return out
+        with torch.no_grad():
+            return fn(*inputs)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    def grads() -> list[Any]:
+        return [t.grad.detach().clone() for t in (*inputs, *params)] if train else []
+
+    ref_out = step(model).detach().clone()
+    ref_grads = grads()
+    chosen = watch_choices() if variant.startswith("tunesmith") else None
+    fn = compiled(variant, model)
+    sync()
+    start = time.perf_counter()
+    out = step(fn)
+    sync()
+    first = time.perf_counter() - start
+    row: dict[str, Any] = {"first_step_s": round(first, 3), "out_rel_err": rel_err(out, ref_out)}
+    if train:
+        row["grad_rel_err"] = max(rel_err(g, r) for g, r in zip(grads(), ref_grads, strict=True))
+    if chosen is not None:
+        import tunesmith
+
+        row["chosen"] = dict(chosen)
+        row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
+    del out
+    if not timed:
+        return row
+    for _ in range(WARMUP):
+        step(fn)
+    sync()
+    times = []
+    for _ in range(ROUNDS):  # steps enqueued back to back, as a training or serving loop runs them
+        if cuda:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+        else:
+            begin_s = time.perf_counter()
+        for _ in range(STEPS):
+            step(fn)
+        if cuda:
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / STEPS)
+        else:
+            times.append((time.perf_counter() - begin_s) * 1e3 / STEPS)
+    row["step_ms"] = round(statistics.median(times), 4)
+    row["step_ms_rounds"] = [round(t, 4) for t in times]
+    if cuda:
+        row["gpu_ms"] = round(gpu_ms(lambda: step(fn)), 4)
+    return row
+
+
+def watch_choices() -> Any:
+    """A count of the kernels tunesmith chooses in this process, by backend and template."""
+    from collections import Counter
+
+    import tunesmith
+
+    chosen: Counter[str] = Counter()
+
+    class Watch:
+        @tunesmith.hookimpl
+        def tunesmith_selection_done(self, report: Any) -> None:
+            chosen[f"{report.chosen.backend}:{report.chosen.template}"] += 1
+
+    tunesmith.register(Watch(), "models_watch")
+    return chosen
+
+
+def gpu_ms(run: Callable[[], Any]) -> float:
+    """Device time per step by the profiler: every kernel, copy and memset of ``PROFILED`` steps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILED):
+            run()
+        torch.cuda.synchronize()
+    total_us = sum(e.self_device_time_total for e in prof.key_averages())
+    return total_us / 1e3 / PROFILED
+
+
+def rel_err(a: Any, b: Any) -> float:
+    diff = (a.double() - b.double()).norm().item()
+    scale = b.double().norm().item()
+    value = diff / scale if scale else diff
+    return float(f"{value:.3e}") if math.isfinite(value) else math.inf
+
+
+def child(args: argparse.Namespace) -> None:
+    row = measure(args.model, args.variant, args.device, args.small, not args.untimed)
+    print("ROW " + json.dumps(row), flush=True)
+    os._exit(0)  # the row is out and every cache written: skip the compile pools' slow teardown
+
+
+# --- the run: processes, GPUs and CPU cores ---
+
+
+def cpu_halves() -> tuple[list[int], list[int]]:
+    """This process's CPUs in two halves of whole cores (hyperthread siblings kept together)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores: dict[tuple[str, str], list[int]] = {}
+    for cpu in cpus:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            ident = ((base / "physical_package_id").read_text().strip(), (base / "core_id").read_text().strip())
+        except OSError:
+            ident = ("0", str(cpu))
+        cores.setdefault(ident, []).append(cpu)
+    groups = list(cores.values())
+    half = len(groups) // 2
+    return [c for g in groups[half:] for c in g], [c for g in groups[:half] for c in g]
+
+
+class Runner:
+    """Runs measurement processes and collects their rows into the JSON file as they finish."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rows: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.root = Path(tempfile.mkdtemp(prefix="tunesmith-models-"))
+        self.meta: dict[str, Any] = {}
+        self.cold: dict[str, dict[str, Any]] = {}  # max-autotune's cold compile per model (two GPUs)
+        if args.resume and args.json and Path(args.json).exists():
+            self.rows = json.loads(Path(args.json).read_text())["rows"]
+
+    def done(self, model: str, variant: str) -> bool:
+        return any(r["model"] == model and r["variant"] == variant for r in self.rows)
+
+    def caches(self, model: str, variant: str) -> dict[str, str]:
+        base = self.root / f"{model}-{variant}"
+        return {
+            "TUNESMITH_CACHE_DIR": str(base / "tunesmith"),
+            "TORCHINDUCTOR_CACHE_DIR": str(base / "inductor"),
+            "TRITON_CACHE_DIR": str(base / "triton"),
+        }
+
+    def process(
+        self, model: str, variant: str, gpu: int | None, cpus: list[int] | None, caches: dict[str, str], timed: bool
+    ) -> dict[str, Any]:
+        """One measurement process; its row, or an error (a timeout says how long it ran)."""
+        env = {**os.environ, **caches, "PYTHONUNBUFFERED": "1"}
+        if gpu is not None:  # the gpu-th of the GPUs this process sees
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[gpu] if visible else str(gpu)
+        device = "cuda" if gpu is not None else "cpu"
+        cmd = [sys.executable, __file__, "--child", "--model", model, "--variant", variant, "--device", device]
+        cmd += ["--small"] if self.args.small else []
+        cmd += [] if timed else ["--untimed"]
+        limit = self.args.limit if variant.startswith("max_autotune") else self.args.limit_other
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        try:
+            output, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+            return {"error": f"did not finish in {limit:.0f} s", "over_s": limit}
+        rows = [line[4:] for line in output.splitlines() if line.startswith("ROW ")]
+        wall = round(time.monotonic() - start, 1)
+        if proc.returncode != 0 or not rows:
+            tail = "\n".join(output.strip().splitlines()[-12:])
+            return {"error": f"exit {proc.returncode}: {tail}", "process_s": wall}
+        return {**json.loads(rows[-1]), "process_s": wall, "gpu": env.get("CUDA_VISIBLE_DEVICES")}
+
+    def record(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            self.rows = [r for r in self.rows if (r["model"], r["variant"]) != (row["model"], row["variant"])]
+            self.rows.append(row)
+            self.save()
+        status = row.get("error", "").splitlines()[0] if "error" in row else ""
+        shown = {k: row.get(k) for k in ("step_ms", "gpu_ms", "first_step_s", "warm_first_step_s", "out_rel_err")}
+        print(f"{row['model']:<11} {row['variant']:<20} {status or shown}", flush=True)
+
+    def save(self) -> None:
+        if self.args.json:
+            body = {**self.meta, "rows": sorted(self.rows, key=order)}
+            Path(self.args.json).write_text(json.dumps(body, indent=1) + "\n")
+
+    def row(self, model: str, variant: str, gpu: int | None, cpus: list[int] | None, **extra: Any) -> None:
+        """Cold, timed, and (tunesmith) warm: one row on one GPU."""
+        caches = self.caches(model, variant)
+        row = {"model": model, "variant": variant, **self.process(model, variant, gpu, cpus, caches, True), **extra}
+        if variant in self.args.warm and "error" not in row:
+            warm = self.process(model, variant, gpu, cpus, caches, False)
+            row["warm_first_step_s"] = warm.get("first_step_s")
+            row["warm_process_s"] = warm.get("process_s")
+            if "error" in warm:
+                row["warm_error"] = warm["error"]
+        self.record(row)
+
+
+def order(row: dict[str, Any]) -> tuple[int, int]:
+    models = list(MODELS)
+    return (models.index(row["model"]) if row["model"] in models else 99, VARIANTS.index(row["variant"]))
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    runner = Runner(args)
+    runner.meta = describe(args)
+    models = [m for m in args.models.split(",") if m]
+    variants = [v for v in args.variants.split(",") if v]
+    gpus = args.gpus if args.device == "cuda" else [None]
+    main_gpu = gpus[0]
+    todo = [(m, v) for m in models for v in variants if not runner.done(m, v)]
+    split = len(gpus) > 1 and "max_autotune" in variants
+    main_cpus, anchor_cpus = cpu_halves() if split else (None, None)
+    anchors_ready = {m: threading.Event() for m in models}
+
+    def anchor_stream() -> None:
+        for m in models:
+            if (m, "max_autotune") in todo or (m, "max_autotune_nocg") in todo:
+                caches = runner.caches(m, "max_autotune")
+                runner.cold[m] = runner.process(m, "max_autotune", gpus[1], anchor_cpus, caches, False)
+            anchors_ready[m].set()
+
+    thread = threading.Thread(target=anchor_stream, daemon=True) if split else None
+    if thread:
+        thread.start()
+    for m, v in todo:
+        if split and v in ("max_autotune", "max_autotune_nocg"):
+            continue
+        runner.row(m, v, main_gpu, main_cpus)
+    if split:
+        for m in models:
+            anchors_ready[m].wait()
+            cold = runner.cold.get(m)
+            if cold is None:
+                continue
+            for v in ("max_autotune", "max_autotune_nocg"):
+                if (m, v) not in todo:
+                    continue
+                if "error" in cold:
+                    runner.record({"model": m, "variant": v, **cold})
+                    continue
+                timed = runner.process(m, v, main_gpu, main_cpus, runner.caches(m, "max_autotune"), True)
+                if v == "max_autotune":
+                    row = {**timed, **cold, "warm_first_step_s": timed.get("first_step_s")}
+                else:
+                    row = {**timed, "first_step_cache": "max_autotune's (warm)"}
+                runner.record({"model": m, "variant": v, **row})
+    shutil.rmtree(runner.root, ignore_errors=True)
+    return runner.rows
+
+
+def describe(args: argparse.Namespace) -> dict[str, Any]:
+    """The machine and software of the run (asked of a child-free ``python -c``: no CUDA here)."""
+    probe = (
+        "import json, os, torch, triton; d = torch.cuda.is_available();"
+        "print(json.dumps({'device': torch.cuda.get_device_name() if d else 'cpu', 'torch': torch.__version__,"
+        "'triton': triton.__version__, 'gpus': torch.cuda.device_count(), 'cpus': len(os.sched_getaffinity(0))}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False).stdout
+    meta = json.loads(out.strip().splitlines()[-1]) if out.strip() else {"device": "unknown"}
+    meta["benchmark"] = "models"
+    meta["timing"] = (
+        f"step_ms: median of {ROUNDS} rounds of {STEPS} steps enqueued back to back (CUDA events) after "
+        f"{WARMUP} warm-up steps; gpu_ms: profiler device time over {PROFILED} steps, per step; first_step_s: "
+        "the first call in a fresh process on empty caches, to the last kernel"
+    )
+    meta["small"] = bool(args.small)
+    return meta
+
+
+# --- the report ---
+
+
+def anchor_of(rows: list[dict[str, Any]], model: str) -> tuple[str, float] | None:
+    for name in (ANCHOR, FALLBACK_ANCHOR):
+        row = next((r for r in rows if r["model"] == model and r["variant"] == name and "step_ms" in r), None)
+        if row:
+            return name, row["step_ms"]
+    return None
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def num(value: Any, fmt: str) -> str:
+        return format(value, fmt) if isinstance(value, int | float) else "-"
+
+    head = f"{'model':<11} {'variant':<20} {'step ms':>8} {'GPU ms':>7} {'/anchor':>8} {'first s':>8} "
+    head += f"{'warm s':>7} {'err':>9}"
+    lines = [head]
+    for row in sorted(rows, key=order):
+        anchor = anchor_of(rows, row["model"])
+        if "error" in row:
+            lines.append(f"{row['model']:<11} {row['variant']:<20} {row['error'].splitlines()[0][:70]}")
+            continue
+        ratio = row["step_ms"] / anchor[1] if anchor and "step_ms" in row else None
+        err = max(row.get("out_rel_err", 0), row.get("grad_rel_err", 0))
+        lines.append(
+            f"{row['model']:<11} {row['variant']:<20} {num(row.get('step_ms'), '8.3f')} "
+            f"{num(row.get('gpu_ms'), '7.3f')} "
+            f"{num(ratio, '8.3f')} {num(row.get('first_step_s'), '8.1f')} {num(row.get('warm_first_step_s'), '7.1f')} "
+            f"{num(err, '9.2e')}"
+        )
+    lines.append(f"/anchor: step time over {ANCHOR}'s (or {FALLBACK_ANCHOR}'s where it has none) of the same model")
+    return "\n".join(lines)
+
+
+def chart(rows: list[dict[str, Any]], device: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in MODELS if any(r["model"] == m for r in rows)]
+    shown = [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
+    fig, ax = plt.subplots(figsize=(2.2 * len(models) + 3, 4.5))
+    width = 0.8 / len(shown)
+    for i, variant in enumerate(shown):
+        values = []
+        for m in models:
+            anchor = anchor_of(rows, m)
+            row = next((r for r in rows if r["model"] == m and r["variant"] == variant and "step_ms" in r), None)
+            values.append(anchor[1] / row["step_ms"] if anchor and row else 0)
+        ax.bar([x + i * width for x in range(len(models))], values, width, label=variant)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(models))], models)
+    ax.set_ylabel(f"speed over {ANCHOR} (CUDA graphs)")
+    ax.set_title(f"Step time, {device}: higher is faster")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--gpus", type=lambda s: [int(x) for x in s.split(",")], default=None, help="default: all")
+    parser.add_argument("--small", action="store_true", help="tiny versions of the models (a smoke test)")
+    parser.add_argument("--limit", type=float, default=600.0, help="seconds a max-autotune process may take")
+    parser.add_argument("--limit-other", type=float, default=300.0, help="seconds any other process may take")
+    parser.add_argument("--warm", type=lambda s: s.split(","), default=list(WARM), help="variants timed warm too")
+    parser.add_argument("--json", help="write the rows here (as they finish)")
+    parser.add_argument("--resume", action="store_true", help="keep the rows already in --json, run the others")
+    parser.add_argument("--chart", help="draw the step-time chart (PNG) here")
+    parser.add_argument("--chart-only", help="redraw the chart and table from this JSON file, measure nothing")
+    parser.add_argument("--merge", nargs="+", help="merge these JSON files (runs on other GPUs) into --json")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--untimed", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    if args.merge:  # rows of runs on the GPUs of one machine, one model's rows on one GPU
+        parts = [json.loads(Path(p).read_text()) for p in args.merge]
+        rows = [r for part in parts for r in part["rows"]]
+        merged = {**parts[0], "gpus": sum(p.get("gpus", 1) for p in parts), "rows": sorted(rows, key=order)}
+        Path(args.json).write_text(json.dumps(merged, indent=1) + "\n")
+        args.chart_only = args.json
+    if args.chart_only:
+        data = json.loads(Path(args.chart_only).read_text())
+        print(table(data["rows"]))
+        if args.chart:
+            chart(data["rows"], data.get("device", "?"), args.chart)
+        return
+    if args.gpus is None:
+        count = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True
+        ).stdout.strip()
+        args.gpus = list(range(int(count or 0))) or [0]
+    rows = run(args)
+    print(table(rows))
+    if args.chart:
+        device = json.loads(Path(args.json).read_text())["device"] if args.json else "?"
+        chart(rows, device, args.chart)
+
+
+if __name__ == "__main__":
+    main()
