@@ -9,7 +9,7 @@ sets the pace. Writes ``--json``.
 ``torch.library.Library`` op (what ``tunesmith::gemm`` is) and through ``torch.library.custom_op``.
 ``graph`` rows (a GPU): a chain of ``CHAIN`` 64x64x64 bf16 matmuls compiled each way, wall time per
 matmul with steps enqueued back to back: eager (a bare ATen launch each), Inductor default
-(``extern_kernels.mm``), tunesmith with no options (ATen wins and the graph gets ATen's op back),
+(``extern_kernels.mm``), tunesmith with no options (where ATen wins, the graph gets ATen's op back),
 tunesmith with only Triton (a bound ``tunesmith::gemm`` call, with Inductor and with ``eager``), and
 the chosen Triton kernel called in a plain Python loop (a bare launch of the same kernel).
 """
@@ -84,7 +84,7 @@ def graph_rows() -> dict[str, float]:
     ways = {
         "eager (bare ATen launches)": lambda: chain,
         "Inductor default (extern_kernels.mm)": lambda: torch.compile(chain),
-        "tunesmith, no options (ATen's op given back)": lambda: torch.compile(chain, backend="tunesmith"),
+        "tunesmith, no options": lambda: torch.compile(chain, backend="tunesmith"),
         "tunesmith, Triton, bound call in Inductor": lambda: torch.compile(
             chain, backend="tunesmith", options=triton_only
         ),

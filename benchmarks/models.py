@@ -27,19 +27,26 @@ gradient: the largest) against eager; then ``step_ms``: after warm-up, the media
 over 10 steps, per step. tunesmith rows run a second process on the warm caches
 (``warm_first_step_s``).
 
-How the run is split (the 10-minute limit of one device call, and max-autotune's compiles, take
-minutes each): with two GPUs, the second runs max-autotune's cold compiles one after another on
-half of the CPU cores (``first_step_s``, and the error), capped at ``--limit`` seconds each, while
-the first runs every other row on the other half; then the first GPU times ``max_autotune`` and
-``max_autotune_nocg`` in fresh processes on max-autotune's warm caches (``max_autotune_nocg``'s
-``first_step_s`` is then a warm one: ``first_step_cache`` says so). All step and GPU times of a
-model come from the first GPU. With one GPU every row runs there, in turn. Rows are written to
-``--json`` as they finish, so a stopped run keeps what it measured; ``--resume`` skips rows there.
+How a run is split (max-autotune's compiles take minutes each, a device call at most ten, and a
+session's device time thirty): ``benchmarks/models_gpu.sh`` runs this script once per GPU of a
+two-GPU machine, each on half of the CPU cores, with all of a model's rows on one GPU, and merges
+the rows (``--merge``). Within one run of this script that sees two GPUs, the second runs
+max-autotune's cold compiles one after another on half of the cores (``first_step_s``, and the
+error), capped at ``--limit`` seconds each, while the first runs every other row; then the first
+times ``max_autotune`` and ``max_autotune_nocg`` in fresh processes on max-autotune's warm caches
+(``max_autotune_nocg``'s ``first_step_s`` is then a warm one: ``first_step_cache`` says so). With
+one GPU every row runs there, in turn. Rows are written to ``--json`` as they finish, so a
+stopped run keeps what it measured; ``--resume`` skips the rows there.
+
+A model's rows are timed one after another, and an H100 under sustained load lowers its clock:
+each row records the SM clock after its timing (``sm_clock_mhz``); differences of a few percent
+between rows of one model, timed minutes apart, are not established by one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -323,6 +330,8 @@ def measure(model_name: str, variant: str, device: str, small: bool, timed: bool
     row["step_ms_rounds"] = [round(t, 4) for t in times]
     if cuda:
         row["gpu_ms"] = round(gpu_ms(lambda: step(fn)), 4)
+        with contextlib.suppress(Exception):  # without NVML the row goes without it
+            row["sm_clock_mhz"] = torch.cuda.clock_rate()  # a card slowed by sustained load shows here
     return row
 
 
@@ -569,7 +578,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     for row in sorted(rows, key=order):
         anchor = anchor_of(rows, row["model"])
         if "error" in row:
-            lines.append(f"{row['model']:<11} {row['variant']:<20} {row['error'].splitlines()[0][:70]}")
+            said = [line for line in row["error"].splitlines() if line.strip()]
+            last = next((line for line in reversed(said) if "Error" in line), said[-1])
+            lines.append(f"{row['model']:<11} {row['variant']:<20} failed: {last.strip()[:80]}")
             continue
         ratio = row["step_ms"] / anchor[1] if anchor and "step_ms" in row else None
         err = max(row.get("out_rel_err", 0), row.get("grad_rel_err", 0))
@@ -602,9 +613,9 @@ def chart(rows: list[dict[str, Any]], device: str, path: str) -> None:
         ax.bar([x + i * width for x in range(len(models))], values, width, label=variant)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(models))], models)
-    ax.set_ylabel(f"speed over {ANCHOR} (CUDA graphs)")
+    ax.set_ylabel(f"speed over {ANCHOR} ({FALLBACK_ANCHOR} where it has none)")
     ax.set_title(f"Step time, {device}: higher is faster")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=len(shown), loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -251,7 +251,6 @@ class TritonChoice:
             raise ValueError(f"the epilogue of {problem.op} does not fit the Triton template")
         self.codes, self.slots, self.scalars, self.operands = plan
         self._direct: dict[int, _Direct] = {}  # by device index
-        self._sums: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # split-K's, by device, stream
 
     def _epilogue(self, tensors: Sequence[torch.Tensor], out: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The kernels' shared tail of arguments (bias, epilogue operands, scalars, output) and
@@ -263,18 +262,11 @@ class TritonChoice:
         return finish_args(plan, bias, operands, (out, _mat(out)), p.scalar("alpha", 1.0), p.scalar("beta", 1.0))
 
     def _workspace(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Split-K's float32 tile sums [batch, M, N] and per-tile arrival counts, zero between calls
-        (the kernel's last slice zeroes them): one pair per device and stream, so that streams do
-        not share them, and a pair of its own for each call captured in a CUDA graph (a graph's
-        replays must not share them with other graphs or eager calls); nothing without split-K."""
-        if self.config.split_k == 1:
-            return ()
-        if out.is_cuda and torch.cuda.is_current_stream_capturing():
-            return self._zeroed(out)
-        key = (out.device.index or 0, torch.cuda.current_stream(out.device).cuda_stream if out.is_cuda else 0)
-        if key not in self._sums:
-            self._sums[key] = self._zeroed(out)
-        return self._sums[key]
+        """Split-K's float32 tile sums [batch, M, N] and per-tile arrival counts, zeroed for each
+        call (nothing without split-K). A pair kept between calls would be allocated in a CUDA
+        graph's pool during the graph trees' warm-up and outlive it, which the trees refuse; and
+        streams and graphs must not share one."""
+        return () if self.config.split_k == 1 else self._zeroed(out)
 
     def _zeroed(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch = out.shape[0] if out.dim() == 3 else 1

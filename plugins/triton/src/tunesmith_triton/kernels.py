@@ -164,7 +164,7 @@ def gemm_kernel(
                 x_ptr, s_xb, s_xm, s_xn, e0_ptr, s_e0b, s_e0m, s_e0n, e1_ptr, s_e1b, s_e1m, s_e1n,
                 alpha, beta, v0, v1, v2, v3, out_ptr, s_ob, s_om, s_on,
                 HAS_BIAS, S0, S1, S2, S3, O0, O1, O2, O3)  # fmt: skip
-    else:  # into the tile's sums ([batch, M, N] float32, zero between calls); the last slice finishes
+    else:  # into the tile's sums ([batch, M, N] float32, zeroed for the call); the last slice finishes
         inside = (om[:, None] < M) & (on[None, :] < N)
         sums = ws_ptr + b.to(tl.int64) * M * N + om[:, None] * N + on[None, :]
         tl.atomic_add(sums, acc, mask=inside, sem="relaxed")
