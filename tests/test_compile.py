@@ -25,8 +25,8 @@ TOL = 1e-4  # float32 against eager float32, relative by norm
 @pytest.fixture(autouse=True)
 def fresh_dynamo(monkeypatch):
     """A fresh Dynamo, and the ``eager`` graph compiler: these tests read the lowered graph as
-    AOTAutograd gives it, before the decompositions of Inductor (the default, which the tests of
-    test_models.py and those below that name it cover)."""
+    AOTAutograd gives it, before the decompositions of Inductor (the default, which
+    test_compile_modes.py and the tests below that name it cover)."""
     monkeypatch.setenv("TUNESMITH_GRAPH_COMPILER", "eager")
     torch._dynamo.reset()
     yield

@@ -121,8 +121,8 @@ def layout_key(recipe: str, tensors: Sequence[torch.Tensor]) -> tuple[Any, ...]:
 
 
 def _in_order(recipe: str, kernel: Kernel) -> Kernel:
-    """``kernel``, wrapped once (not per call) where the recipe asks for another memory order
-    than the kernel's contiguous result."""
+    """``kernel``, wrapped once (not per call) so that a result laid out otherwise than the recipe's
+    memory order (the Problem's layout: row-major, or torch's for a conv) is copied into it."""
     order = Recipe.from_json(recipe).order
     return kernel if order is None else functools.partial(_laid_out, kernel, order)
 

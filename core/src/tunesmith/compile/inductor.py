@@ -1,5 +1,6 @@
 """``graph_compiler="inductor"``: Inductor runs the pipeline, with tunesmith's stages as its custom
-passes (joint-graph "pre" and "post", post-grad "pre" with lowering and tuning, post-grad "post").
+passes (joint-graph "pre" and "post", post-grad "pre" with lowering and tuning, post-grad "post"),
+and with ``cudagraphs`` its own CUDA graphs (``triton.cudagraphs``).
 
 The passes are Inductor ``CustomGraphPass`` objects whose uuid covers the settings, the user's
 passes and the plugins' versions, so Inductor's own FX graph cache keys on them; a graph it serves from that
