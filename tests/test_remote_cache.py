@@ -446,12 +446,18 @@ def test_the_plugin_passes_the_conformance_cache_checks(remote, monkeypatch):
 
 
 def test_four_fresh_compiles_share_the_plan_through_the_server(remote):
+    """Four compiles as four fresh hosts make them: Inductor's own caches (local to a host) off, so
+    that each compile reaches tunesmith's plan, which only the server holds after the first."""
     a, b = mm_inputs()
     totals = {"compiled_graph_remote_put": 0, "compiled_graph_remote_hit": 0}
     for _ in range(4):
         torch._dynamo.reset()
         tunesmith.reset()
-        out = torch.compile(lambda a, b: torch.relu(a @ b), backend="tunesmith")(a, b)
+        with (
+            torch._inductor.config.patch(fx_graph_cache=False),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+        ):
+            out = torch.compile(lambda a, b: torch.relu(a @ b), backend="tunesmith")(a, b)
         assert torch.allclose(out, torch.relu(a @ b))
         for name in totals:
             totals[name] += tunesmith.counters[name]
