@@ -110,6 +110,9 @@ def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options
     if is_empty(problem):
         return None
     spec = plan.get(problem.key()) if plan is not None else None
+    if spec == GRAPH_OWN:  # the call goes back to the graph as ATen's ops: no kernel to ready
+        hooks.selection_done(SelectionReport(problem, problem.key(), spec, (), source="plan"), options)
+        return problem.key(), spec
     choice = hooks.rebuild_choice(spec, problem, options) if spec is not None else None
     if choice is not None:
         choice.precompile()
