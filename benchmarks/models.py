@@ -490,9 +490,9 @@ def order(row: dict[str, Any]) -> tuple[int, int]:
     return (models.index(row["model"]) if row["model"] in models else 99, VARIANTS.index(row["variant"]))
 
 
-def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict[str, Any]]:
     runner = Runner(args)
-    runner.meta = describe(args)
+    runner.meta = meta
     models = [m for m in args.models.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
     gpus = args.gpus if args.device == "cuda" else [None]
@@ -655,12 +655,10 @@ def main() -> None:
         if args.chart:
             chart(data["rows"], data.get("device", "?"), args.chart)
         return
+    meta = describe(args)
     if args.gpus is None:
-        count = subprocess.run(
-            [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True
-        ).stdout.strip()
-        args.gpus = list(range(int(count or 0))) or [0]
-    rows = run(args)
+        args.gpus = list(range(meta.get("gpus", 0))) or [0]
+    rows = run(args, meta)
     print(table(rows))
     if args.chart:
         device = json.loads(Path(args.json).read_text())["device"] if args.json else "?"
