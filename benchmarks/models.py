@@ -30,13 +30,14 @@ over 10 steps, per step. tunesmith rows run a second process on the warm caches
 How a run is split (max-autotune's compiles take minutes each, a device call at most ten, and a
 session's device time thirty): ``benchmarks/models_gpu.sh`` runs this script once per GPU of a
 two-GPU machine, each on half of the CPU cores, with all of a model's rows on one GPU, and merges
-the rows (``--merge``). Within one run of this script that sees two GPUs, the second runs
-max-autotune's cold compiles one after another on half of the cores (``first_step_s``, and the
-error), capped at ``--limit`` seconds each, while the first runs every other row; then the first
-times ``max_autotune`` and ``max_autotune_nocg`` in fresh processes on max-autotune's warm caches
-(``max_autotune_nocg``'s ``first_step_s`` is then a warm one: ``first_step_cache`` says so). With
-one GPU every row runs there, in turn. Rows are written to ``--json`` as they finish, so a
-stopped run keeps what it measured; ``--resume`` skips the rows there.
+the rows (``--merge``). Within one run of this script, ``max_autotune_nocg`` after ``max_autotune``
+starts on max-autotune's warm caches (the same autotuning, minutes saved; ``first_step_cache``
+says so). Within one run that sees two GPUs, the second runs max-autotune's cold compiles one after
+another on half of the cores (``first_step_s``, and the error), capped at ``--limit`` seconds
+each, while the first runs every other row; then the first times ``max_autotune`` and
+``max_autotune_nocg`` in fresh processes on max-autotune's warm caches. With one GPU every row runs
+there, in turn. Rows are written to ``--json`` as they finish, so a stopped run keeps what it
+measured; ``--resume`` skips the rows there.
 
 A model's rows are timed one after another, and an H100 under sustained load lowers its clock:
 each row records the SM clock after its timing (``sm_clock_mhz``); differences of a few percent
@@ -422,6 +423,10 @@ class Runner:
             "TRITON_CACHE_DIR": str(base / "triton"),
         }
 
+    def caches_of(self, model: str, variant: str) -> bool:
+        """Whether this run holds the caches of ``model``'s ``variant`` (a resumed row's are gone)."""
+        return (self.root / f"{model}-{variant}").exists()
+
     def process(
         self, model: str, variant: str, gpu: int | None, cpus: list[int] | None, caches: dict[str, str], timed: bool
     ) -> dict[str, Any]:
@@ -473,8 +478,12 @@ class Runner:
             Path(self.args.json).write_text(json.dumps(body, indent=1) + "\n")
 
     def row(self, model: str, variant: str, gpu: int | None, cpus: list[int] | None, **extra: Any) -> None:
-        """Cold, timed, and (tunesmith) warm: one row on one GPU."""
+        """Cold, timed, and (tunesmith) warm: one row on one GPU. ``max_autotune_nocg`` after
+        ``max_autotune`` in this run starts on its warm caches: the same autotuning, minutes saved."""
         caches = self.caches(model, variant)
+        anchor = next((r for r in self.rows if (r["model"], r["variant"]) == (model, ANCHOR)), None)
+        if variant == "max_autotune_nocg" and anchor and "error" not in anchor and self.caches_of(model, ANCHOR):
+            caches, extra = self.caches(model, ANCHOR), {**extra, "first_step_cache": f"{ANCHOR}'s (warm)"}
         row = {"model": model, "variant": variant, **self.process(model, variant, gpu, cpus, caches, True), **extra}
         if variant in self.args.warm and "error" not in row:
             warm = self.process(model, variant, gpu, cpus, caches, False)

@@ -254,3 +254,28 @@ def test_the_worker_uses_the_callers_float32_matmul_precision(install):
         torch.set_float32_matmul_precision(before)
     # the kernel raises in a worker left at the default "highest"
     assert [math.isfinite(ms) for ms in sel.timings.values()] == [True]
+
+
+def test_a_graph_that_may_hold_a_gemm_starts_the_worker_while_it_compiles_and_tuning_uses_it():
+    from tunesmith.compile.backend import _prepare_benchmarker
+    from tunesmith.settings import current_options
+
+    pool.shutdown()
+    settings = current_options(SUBPROCESS)
+    x = rand(8, 16)
+    slot = pool.slot(x.device)
+    _prepare_benchmarker(torch.fx.symbolic_trace(lambda t: t.relu() + 1), [x], settings)()
+    assert slot.worker is None  # nothing to tune there: no process
+    compiled = _prepare_benchmarker(torch.fx.symbolic_trace(torch.nn.Linear(16, 4)), [x], settings)
+    started = slot.worker
+    assert started is not None and started.alive and not started.used
+    tunesmith.tune("mm", rand(8, 16), rand(16, 4), options=SUBPROCESS)
+    compiled()
+    assert slot.worker is started and started.alive and started.used
+    # one that no Problem used (every choice cached) stops once the graph is compiled, at once
+    pool.shutdown()
+    compiled = _prepare_benchmarker(torch.fx.symbolic_trace(torch.nn.Linear(16, 4)), [x], settings)
+    unused = slot.worker
+    began = time.monotonic()
+    compiled()
+    assert time.monotonic() - began < 2 and not unused.alive and slot.worker is None

@@ -220,6 +220,12 @@ def tunesmith_benchmarker(options: Any) -> Benchmarker | None:
         :class:`~tunesmith_hookspecs.types.Timing` per choice, in order, ``math.inf`` for a
         choice that failed; or ``None``.
 
+    An optional method adds more: ``prepare(device)``, called when a graph that may hold
+    Problems on ``device`` (a ``torch.device``) starts compiling, gets ready to time there
+    while the graph is traced, and must return at once; it may return a callable, called when
+    the graph is compiled. (The core's benchmarker starts that device's worker process, and
+    stops it then if no Problem used it: every choice was cached.)
+
     Example::
 
         @hookimpl

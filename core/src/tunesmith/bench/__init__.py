@@ -40,6 +40,27 @@ class DefaultBenchmarker:
     def __init__(self, options: Options) -> None:
         self.options = options
 
+    def prepare(self, device: torch.device) -> Callable[[], None] | None:
+        """Start ``device``'s worker now, where its choices would be timed in one, so that it
+        boots (seconds) while the graph is traced; what to call once the graph is compiled stops
+        that worker if no Problem used it (it holds GPU memory). A busy worker is left be."""
+        if mode(self.options, device) != "subprocess":
+            return None
+        slot = pool.slot(device)
+        if not slot.lock.acquire(blocking=False):
+            return None
+        try:
+            worker = slot.worker_process(pool.isolatable_plugins())
+        finally:
+            slot.lock.release()
+
+        def unless_used() -> None:
+            with slot.lock:
+                if slot.worker is worker and not worker.used:
+                    slot.discard()
+
+        return unless_used
+
     def benchmark(self, problem: Problem, choices: Sequence[Choice], inputs: Sequence[torch.Tensor]) -> list[Timing]:
         start = time.monotonic()  # the budget covers precompiling too
         device = inputs[0].device if inputs else torch.device("cpu")

@@ -4,7 +4,7 @@ Triton generates code in Python, so precompiles on threads take turns on the GIL
 a config on the H100 machine). The worker sends each precompile to one of ``compile_threads``
 helper processes instead; the helper rebuilds the choice from its spec, precompiles it (filling
 the backend's disk cache), and the worker's own ``precompile()`` then loads from that cache.
-Helpers start with the worker's first Problem, stay for the next ones, and die with the worker.
+Helpers start with the worker, stay for its Problems, and die with it.
 """
 
 from __future__ import annotations

@@ -80,6 +80,7 @@ class WorkerProcess:
                 start_new_session=True,  # kill() takes the worker's own children (compilers) too
             )
         self.ids = itertools.count()  # job ids, unique over the worker's life
+        self.used = False  # whether a job was ever sent
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.requests: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
@@ -108,6 +109,7 @@ class WorkerProcess:
     def send(self, job: dict[str, Any]) -> int:
         """Queue ``job`` for the worker under a new id; returns the id."""
         job_id = next(self.ids)
+        self.used = True
         self.requests.put(json.dumps({**job, "job": job_id}) + "\n")
         return job_id
 
@@ -146,7 +148,11 @@ class WorkerProcess:
         self._cleanup()
 
     def close(self) -> None:
-        """Ask the worker to finish (end of its input), then make sure it did."""
+        """Ask the worker to finish (end of its input), then make sure it did; one that never had a
+        job (started ahead, not needed) has nothing to finish and is stopped at once."""
+        if not self.used:
+            self.kill()
+            return
         self.requests.put(None)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)

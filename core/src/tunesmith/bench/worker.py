@@ -117,11 +117,11 @@ class Server:
             "raw": (job["problem"], job["specs"], job["options"], job.get("fp32_precision", "highest")),
         }
         self.pool = concurrent.futures.ThreadPoolExecutor(options.compile_threads, "tunesmith-compile")
-        self._compile_processes(options)
+        self.compile_processes(options)
         missing = {i: f"the worker process cannot rebuild {specs[i]}" for i, c in enumerate(choices) if c is None}
         return {"missing": missing}
 
-    def _compile_processes(self, options: Any) -> None:
+    def compile_processes(self, options: Any) -> None:
         """Start, keep or stop the compile processes, as ``compile_in`` and ``compile_threads`` say."""
         wanted = options.compile_in == "processes" or (options.compile_in == "auto" and self.device.type == "cuda")
         current = self.compilers
@@ -184,9 +184,14 @@ def main(argv: list[str]) -> int:
     faulthandler.enable()
 
     from tunesmith.plugins import reload_plugins
+    from tunesmith.settings import current_options
 
     reload_plugins(only=names)
-    Server(device, replies, names).serve(sys.stdin)
+    server = Server(device, replies, names)
+    # the compile processes boot now, beside this one's first Problem (each imports torch and
+    # the backends and makes a CUDA context: seconds, which a cold tune would otherwise wait for)
+    server.compile_processes(current_options())
+    server.serve(sys.stdin)
     return 0
 
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from tunesmith import hooks
@@ -42,14 +43,47 @@ def backend(
     """The ``tunesmith`` backend of ``torch.compile`` (registered under ``torch_dynamo_backends``);
     torch passes ``mode`` and ``options`` as given to ``torch.compile``."""
     settings = current_options(with_mode(mode, options))
-    run_passes("pre_grad", gm.graph, settings)
-    gm.recompile()
-    if settings.graph_compiler == "inductor":
-        from tunesmith.compile.inductor import compile_with_inductor
+    compiled = _prepare_benchmarker(gm, example_inputs, settings)
+    try:
+        run_passes("pre_grad", gm.graph, settings)
+        gm.recompile()
+        if settings.graph_compiler == "inductor":
+            from tunesmith.compile.inductor import compile_with_inductor
 
-        return compile_with_inductor(gm, example_inputs, settings)
-    codegen = hooks.graph_compiler(settings)
-    return _aot(gm, example_inputs, settings, codegen)
+            return compile_with_inductor(gm, example_inputs, settings)
+        codegen = hooks.graph_compiler(settings)
+        return _aot(gm, example_inputs, settings, codegen)
+    finally:
+        compiled()
+
+
+#: what a Dynamo graph calls where it may hold a GEMM-family op (by the callee's name)
+GEMM_CALLS = frozenset(
+    {"linear", "matmul", "__matmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d"}
+    | {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution"}
+)
+
+
+def _prepare_benchmarker(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options) -> Callable[[], None]:
+    """Where the graph may hold a Problem, let the benchmarker get ready on the inputs' device
+    (the default one starts its worker process) while the graph is traced and lowered; returns
+    what to call once it is compiled."""
+    device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
+    calls = (n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    if device is None or not any(n.op == "call_module" or _callee(n) in GEMM_CALLS for n in calls):
+        return lambda: None
+    prepare = getattr(hooks.benchmarker(settings), "prepare", None)
+    try:
+        done = prepare(device) if prepare is not None else None
+    except Exception as exc:  # noqa: BLE001 - getting ready early is an optimisation only
+        log.debug("the benchmarker could not get ready on %s: %s", device, exc)
+        done = None
+    return done or (lambda: None)
+
+
+def _callee(node: fx.Node) -> str:
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 def with_mode(mode: str | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
