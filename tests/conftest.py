@@ -3,6 +3,7 @@ and a clean TUNESMITH_* environment; fixture plugins are installed for real into
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import json
 import os
@@ -66,29 +67,36 @@ def run_interpreted(script: str) -> dict:
 
 @pytest.fixture(scope="session")
 def fixture_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each fixture plugin installed with pip into a folder of its own (built once per session)."""
+    """Each fixture plugin installed with pip into a folder of its own (built once per session;
+    one pytest-xdist worker at a time, as pip builds in the plugin's source folder)."""
     sites = {}
-    for name in ("ext", "broken", "raising", "bad", "bench"):
-        target = tmp_path_factory.mktemp(f"site-{name}")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--no-build-isolation",
-                "--disable-pip-version-check",
-                "--target",
-                str(target),
-                str(FIXTURE_PLUGINS / name),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        sites[name] = target
+    lock = tmp_path_factory.getbasetemp().parent / "fixture-plugins.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for name in ("ext", "broken", "raising", "bad", "bench"):
+            sites[name] = _pip_install(FIXTURE_PLUGINS / name, tmp_path_factory.mktemp(f"site-{name}"))
     return sites
+
+
+def _pip_install(source: Path, target: Path) -> Path:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return target
 
 
 @pytest.fixture

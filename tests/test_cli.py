@@ -7,14 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, run_env
 
 EXAMPLES = REPO / "examples" / "cpu_problems.json"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tunesmith", *args], capture_output=True, text=True, env=run_env(), timeout=300
+        [sys.executable, "-m", "tunesmith", *args], capture_output=True, text=True, env=run_env(**env), timeout=300
     )
 
 
@@ -78,3 +80,82 @@ def test_tune_spreads_a_set_over_the_devices_of_the_setting_and_pins_an_indexed_
     assert spread_devices("cpu", ["cuda:0", "cuda:1"]) == [torch.device("cpu")]
     assert spread_devices("cuda:1", None) == [torch.device("cuda", 1)]
     assert spread_devices("cuda", ["cuda:0", "cuda:1"]) == [torch.device("cuda", 0), torch.device("cuda", 1)]
+
+
+def test_version_help_and_verbose_say_what_a_new_user_needs(tmp_path, isolated):
+    from importlib.metadata import version
+
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"tunesmith {version('tunesmith')}"
+    proc = cli("--help")
+    assert proc.returncode == 0 and "``" not in proc.stdout and "tunesmith tune FILE.json | model.py" in proc.stdout
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps([{"name": "one", "op": "mm", "M": 8, "N": 8, "K": 8, "dtype": "float32"}]))
+    proc = cli("-v", "tune", str(path))  # a cold tune says what it tuned
+    assert proc.returncode == 0 and "tuned mm (8, 8) x (8, 8)" in proc.stderr and "aten:" in proc.stderr
+
+
+def test_text_in_square_brackets_is_shown_as_it_is(tmp_path, isolated):
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps([{"name": "mm [block_k=64]", "op": "mm", "M": 8, "N": 8, "K": 8, "dtype": "float32"}]))
+    proc = cli("tune", str(path))
+    assert proc.returncode == 0 and "mm [block_k=64]" in proc.stdout, proc.stdout + proc.stderr
+    path.write_text(json.dumps([{"name": "[tool.tunesmith]", "op": "mm", "M": 8, "N": 8, "dtype": "float32"}]))
+    proc = cli("tune", str(path))  # an error message keeps its brackets
+    assert proc.returncode == 2 and "case '[tool.tunesmith]' (mm) lacks K" in proc.stderr, proc.stderr
+
+
+def test_a_warning_is_one_line_without_pythons_source(tmp_path):
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps([{"name": "one", "op": "mm", "M": 8, "N": 8, "K": 8, "dtype": "float32"}]))
+    proc = cli("tune", str(path), TUNESMITH_CACHE_DIR=str(path / "cache"))  # a file: no cache folder there
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 0 and lines, proc.stderr
+    assert all(line.startswith("TunesmithWarning: cache layer 'local' failed") for line in lines), proc.stderr
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A real tmpfs mounted at ``tmp_path / "mnt"`` (needs root and mount rights: skipped without)."""
+    where = tmp_path / "mnt"
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and mount rights): {proc.stderr.decode().strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_clearing_a_read_only_cache_says_what_stayed_and_fails(tmpfs, tmp_path):
+    path = tmp_path / "set.json"
+    path.write_text(
+        json.dumps([{"name": f"mm{n}", "op": "mm", "M": n, "N": 8, "K": 8, "dtype": "float32"} for n in (8, 9, 10)])
+    )
+    env = {"TUNESMITH_CACHE_DIR": str(tmpfs / "cache")}
+    assert cli("tune", str(path), **env).returncode == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    proc = cli("cache", "clear", **env)
+    assert proc.returncode == 1 and "removed 0 entries; 3 could not be removed" in proc.stderr, proc.stderr
+    assert "Read-only file system" in proc.stderr and "removed 3" not in proc.stdout
+    assert len(list((tmpfs / "cache" / "entries").glob("*/*.json"))) == 3
+
+
+def test_an_unusable_cache_folder_is_shown_as_unusable_not_empty(tmp_path, isolated):
+    folder = tmp_path / "not-a-folder"
+    folder.write_text("")
+    proc = cli("cache", "stats", TUNESMITH_CACHE_DIR=str(folder))
+    assert proc.returncode == 0 and "unreachable" in proc.stdout and "NotADirectoryError" in proc.stdout
+    # a writer's temporary file, left by a process killed mid-write, is no entry
+    entries = isolated / "cache" / "entries" / "ab"
+    entries.mkdir(parents=True)
+    (entries / ".tmp-x1y2.json").write_text("{")
+    from tunesmith.cache.local import LocalDiskCache
+
+    assert LocalDiskCache(isolated / "cache").keys() == []
+
+
+def test_importing_a_file_nested_past_pythons_stack_is_one_clear_error(tmp_path, isolated):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    proc = cli("cache", "import", str(path))
+    assert proc.returncode == 2 and "cannot read the export" in proc.stderr and "Traceback" not in proc.stderr

@@ -31,6 +31,11 @@ from conftest import rand
         ("conv", lambda: [rand(1, 4, 8, 8), rand(6, 4, 3, 3)], {"stride": 0}, "must be >= 1"),
         ("conv", lambda: [rand(1, 4, 8, 8), rand(6, 4, 3, 3)], {"padding": "same"}, "an int or a pair"),
         ("conv", lambda: [rand(1, 4, 8, 8), rand(6, 4, 3, 3), rand(5)], {}, "bias has 5 elements"),
+        ("mm", lambda: [rand(2, 3).to_sparse(), rand(3, 4)], {}, "mat1 is a sparse_coo tensor"),
+        ("mm", lambda: [rand(2, 3), rand(3, 4).to_sparse_csr()], {}, "mat2 is a sparse_csr tensor"),
+        ("bmm", lambda: [torch.nested.nested_tensor([rand(2, 3)] * 2), rand(2, 3, 4)], {}, "batch1 is a nested"),
+        # a view of 2^40 rows over one row: a few bytes of input, an output no machine holds
+        ("mm", lambda: [rand(1, 3).expand(2**40, 3), rand(3, 4)], {}, "GiB: it cannot be allocated"),
     ],
 )
 def test_bad_arguments_raise_one_clear_error(op, make, scalars, message):
@@ -63,3 +68,8 @@ def test_broadcast_rule():
     assert broadcasts_to((), (3, 4)) and broadcasts_to((2, 1, 4), (2, 3, 4))
     assert not broadcasts_to((3,), (3, 4)) and not broadcasts_to((2, 3, 4), (3, 4))
     assert not broadcasts_to((0,), (3, 4)) and broadcasts_to((0,), (3, 0))
+
+
+def test_a_sparse_epilogue_operand_is_refused():
+    with pytest.raises(tunesmith.ProblemError, match="epilogue: add operand is a sparse_coo tensor"):
+        tunesmith.tune("mm", rand(2, 3), rand(3, 4), epilogue=[("add", rand(2, 4).to_sparse())])

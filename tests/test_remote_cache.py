@@ -409,7 +409,9 @@ def test_export_and_import_ship_a_tuned_database_to_a_new_fleet(remote, monkeypa
     export = tmp_path / "tuned.json"
     assert main(["cache", "export", str(export)]) == 0
     assert f"exported 3 entries to {export}: 3 {layer_name(remote)}" in capsys.readouterr().out
-    assert main(["cache", "clear"]) == 0
+    assert main(["cache", "clear"]) == 2  # a shared layer: not without --yes (no terminal to ask at)
+    assert "pass --yes" in capsys.readouterr().err and len(the_layer(remote).keys()) == 3
+    assert main(["cache", "clear", "--yes"]) == 0
     assert the_layer(remote).keys() == []
     document = json.loads(export.read_text())
     document["entries"][0]["entry"]["payload"]["chosen"]["template"] = "tampered"

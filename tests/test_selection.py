@@ -191,3 +191,23 @@ def test_tune_does_not_pull_in_heavy_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env(), check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_verify_accepts_inputs_holding_nan_and_infinities():
+    a, b = rand(16, 24), rand(24, 8)
+    a[0, 0], a[1, 1], a[2, 2] = math.nan, math.inf, -math.inf
+    sel = tunesmith.tune("mm", a, b, options={"verify": True})
+    assert sel.spec.backend == "aten"
+
+
+def test_relative_error_asks_for_the_references_nan_and_infinities_where_it_has_them():
+    from tunesmith.ops import relative_error
+
+    ref = torch.tensor([[1.0, math.nan], [math.inf, -math.inf]], dtype=torch.float64)
+    out = ref.clone().float()
+    out[0, 0] = 1.001
+    assert relative_error(out, ref) == pytest.approx(0.001, rel=1e-3)
+    for where, value in (((0, 1), 2.0), ((1, 0), -math.inf), ((1, 1), math.nan), ((0, 0), math.nan)):
+        wrong = out.clone()
+        wrong[where] = value
+        assert relative_error(wrong, ref) == math.inf

@@ -178,6 +178,7 @@ def test_without_a_gpu_or_the_interpreter_the_plugin_says_why():
         pytest.skip("this machine has a GPU")
     status = tunesmith.hooks.plugin_status("triton")
     assert not status.runnable and "needs a CUDA GPU" in status.reason and "TRITON_INTERPRET=1" in status.reason
+    assert "numpy" in status.reason  # the interpreter imports it; the plugin's wheels do not bring it
 
 
 def test_a_chain_longer_than_the_template_takes_is_not_offered():

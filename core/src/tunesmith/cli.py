@@ -4,16 +4,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,6 +26,15 @@ out = Console()
 if not out.is_terminal:  # piped or captured: don't squeeze the tables into 80 columns
     out.width = 180
 err = Console(stderr=True, soft_wrap=True)  # messages keep whole lines (paths stay copyable)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM in the main thread: the command stops and exits 128 + ``signum``;
+    ``done`` says what was finished (for the one line printed)."""
+
+    def __init__(self, signum: int = signal.SIGINT, done: str = "") -> None:
+        super().__init__(signum, done)
+        self.signum, self.done = signum, done
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -50,19 +64,15 @@ def _plugins(args: argparse.Namespace) -> int:
     for column in ("name", "distribution", "version", "hooks", "runs here"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        state = "[green]yes[/]" if row["runnable"] else f"[red]no[/]: {row['reason']}"
+        state = "[green]yes[/]" if row["runnable"] else f"[red]no[/]: {escape(str(row['reason']))}"
         dist = row["distribution"] or f"({row['source']})"
         hooks = ", ".join(h.removeprefix("tunesmith_") for h in row["hooks"]) or "-"
-        table.add_row(row["name"], dist, row["version"] or "-", hooks, state)
+        table.add_row(*map(escape, (row["name"], dist, row["version"] or "-", hooks)), state)
     out.print(table)
     return 0
 
 
 def _tune(args: argparse.Namespace) -> int:
-    import concurrent.futures
-    import contextvars
-    import queue
-
     import tunesmith
     from tunesmith import problemset
 
@@ -75,33 +85,92 @@ def _tune(args: argparse.Namespace) -> int:
     if args.backends is not None:
         overrides["backends"] = args.backends
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with tunesmith.options(**overrides) as settings, Progress(*columns, console=err, transient=True) as progress:
+    with (
+        tunesmith.options(**overrides) as settings,
+        Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress,
+    ):
         devices = spread_devices(args.device or "cpu", settings.devices)
         task = progress.add_task(f"tuning on {', '.join(map(str, devices))}", total=len(cases))
-
-        todo = queue.SimpleQueue()
-        for i in range(len(cases)):
-            todo.put(i)
-
-        def tune_on(device: Any) -> dict[int, dict[str, Any]]:
-            done = {}
-            while True:
-                try:
-                    i = todo.get_nowait()
-                except queue.Empty:
-                    return done
-                done[i] = _tune_case(cases[i], device)
-                progress.advance(task)
-
-        # One thread per device, each taking the next case when it is free (with this thread's settings).
-        with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
-            jobs = [pool.submit(contextvars.copy_context().run, tune_on, d) for d in devices]
-            rows = {i: row for job in jobs for i, row in job.result().items()}
+        rows = _tune_cases(cases, devices, lambda: progress.advance(task))
     results = [rows[i] for i in range(len(cases))]
     _print_results(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 1 if any("error" in r for r in results) else 0
+
+
+#: how long an interrupted run waits for its threads to leave the case in flight
+INTERRUPT_GRACE_S = 1.0
+
+
+def _tune_cases(cases: Sequence[Any], devices: Sequence[Any], advance: Callable[[], None]) -> dict[int, dict[str, Any]]:
+    """Each case's row, tuned on one thread per device, each taking the next case when it is free
+    (with this thread's settings). On Ctrl-C no case is started, the workers are killed (the case
+    in flight is abandoned) and Interrupted says how many were tuned."""
+    import contextvars
+    import queue
+
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(cases)):
+        todo.put(i)
+    rows: dict[int, dict[str, Any]] = {}
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def tune_on(device: Any) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                rows[i] = _tune_case(cases[i], device)
+                advance()
+        except KeyboardInterrupt:  # the workers were stopped under the case in flight
+            return
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+            failed.append(exc)
+
+    # Daemon threads: an abandoned case (compiling in this process) does not hold up the exit.
+    threads = [
+        threading.Thread(target=contextvars.copy_context().run, args=(tune_on, d), name=f"tune-{d}", daemon=True)
+        for d in devices
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():  # in slices: a signal the kernel gave another thread must not wait
+                thread.join(0.1)
+    except KeyboardInterrupt as exc:
+        stop.set()
+        _stop_workers()
+        _join_all(threads, INTERRUPT_GRACE_S)
+        tuned = sum("error" not in row for row in rows.values())
+        done = f"{tuned} of {len(cases)} problems tuned; their entries are saved"
+        raise Interrupted(_signum(exc), done) from None
+    if failed:
+        raise failed[0]
+    return rows
+
+
+def _join_all(threads: Sequence[threading.Thread], seconds: float) -> None:
+    """Wait up to ``seconds`` in all for ``threads`` to end."""
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+
+
+def _stop_workers() -> None:
+    """Kill the benchmark workers at once (if any was ever started), so that no orphan outlives us."""
+    pool = sys.modules.get("tunesmith.bench.pool")
+    if pool is not None:
+        pool.stop()
+
+
+def _signum(exc: BaseException) -> int:
+    """The signal behind an interrupt: Interrupted's own, else SIGINT (Python's KeyboardInterrupt)."""
+    return exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
 
 
 def _tune_model(args: argparse.Namespace) -> int:
@@ -174,19 +243,16 @@ def _print_results(results: Sequence[dict[str, Any]]) -> None:
 
     for r in results:
         if "error" in r:
-            table.add_row(r["name"], r["op"], r["shape"], r["dtype"], f"[red]{r['error']}[/]", *["-"] * 5)
+            names = (escape(r[k]) for k in ("name", "op", "shape", "dtype"))
+            table.add_row(*names, f"[red]{escape(r['error'])}[/]", *["-"] * 5)
             continue
         table.add_row(
-            r["name"],
-            r["op"],
-            r["shape"],
-            r["dtype"],
-            r["chosen"],
+            *(escape(r[k]) for k in ("name", "op", "shape", "dtype", "chosen")),
             num(r["ms"], ".4f"),
             num(r["tflops"], ".3f"),
             num(r["speedup_vs_aten"], ".2f") + "x",
             str(r["choices"]),
-            r["source"],
+            escape(r["source"]),
         )
     out.print(table)
 
@@ -202,8 +268,9 @@ def _cache(args: argparse.Namespace) -> int:
         if args.action == "stats":
             _cache_stats(layers)
         elif args.action == "clear":
-            for layer in layers:
-                _cache_clear(layer)
+            _confirm_shared(layers, args.yes)
+            if not all([_cache_clear(layer) for layer in layers]):
+                return 1
         elif args.file is None:
             raise TunesmithError(f"tunesmith cache {args.action} needs a FILE: tunesmith cache {args.action} FILE")
         else:
@@ -211,14 +278,32 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_clear(layer: Any) -> None:
-    if not hasattr(layer, "clear"):
-        out.print(f"{layer.name}: this layer cannot be cleared from here")
+def _confirm_shared(layers: Sequence[Any], yes: bool) -> None:
+    """A shared layer (a server the fleet tunes into) is cleared only with ``--yes`` or a "y" typed
+    at a terminal: one command would re-tune every host's problems."""
+    from tunesmith.errors import TunesmithError
+    from tunesmith_hookspecs import SharedCacheLayer
+
+    shared = ", ".join(layer.name for layer in layers if isinstance(layer, SharedCacheLayer))
+    if not shared or yes:
         return
+    asked = f"clear the shared layers {shared} for every host? [y/N] "
+    if sys.stdin.isatty() and input(asked).strip().lower() in ("y", "yes"):
+        return
+    raise TunesmithError(f"not clearing the shared layers {shared}: pass --yes (or --layers local to keep them)")
+
+
+def _cache_clear(layer: Any) -> bool:
+    """Clear one layer and say what was removed; False where something could not be."""
+    if not hasattr(layer, "clear"):
+        out.print(f"{escape(layer.name)}: this layer cannot be cleared from here")
+        return True
     try:
-        out.print(f"{layer.name}: removed {layer.clear()} entries")
+        out.print(f"{escape(layer.name)}: removed {layer.clear()} entries")
     except Exception as exc:  # noqa: BLE001 - one layer down does not stop the others
-        err.print(f"[red]{layer.name}: cannot clear it[/]: {type(exc).__name__}: {exc}")
+        err.print(f"[red]{escape(layer.name)}: cannot clear it[/]: {type(exc).__name__}: {escape(str(exc))}")
+        return False
+    return True
 
 
 def _cache_stats(layers: Sequence[Any]) -> None:
@@ -228,11 +313,12 @@ def _cache_stats(layers: Sequence[Any]) -> None:
     for layer in layers:
         try:
             stats = layer.stats() if hasattr(layer, "stats") else {}
+            location = escape(str(stats.get("location", "-")))
         except Exception as exc:  # noqa: BLE001 - one layer down does not hide the others
-            stats = {"location": f"[red]unreachable[/]: {type(exc).__name__}: {exc}"}
+            stats, location = {}, f"[red]unreachable[/]: {type(exc).__name__}: {escape(str(exc))}"
         table.add_row(
-            layer.name,
-            str(stats.get("location", "-")),
+            escape(layer.name),
+            location,
             str(stats.get("entries", "?")),
             str(stats.get("bytes", "?")),
         )
@@ -244,7 +330,7 @@ def _cache_transfer(action: str, path: Path, layers: Sequence[Any], secret: str 
     from tunesmith.cache.transfer import TransferError, export_entries, import_entries
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
         if action == "export":
             task = progress.add_task("exporting", total=None)
             document, report = export_entries(layers, secret, lambda: progress.advance(task))
@@ -253,8 +339,8 @@ def _cache_transfer(action: str, path: Path, layers: Sequence[Any], secret: str 
         else:
             try:
                 document = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise TransferError(f"cannot read the export {path}: {exc}") from None
+            except (OSError, ValueError, RecursionError) as exc:  # nested past Python's stack: no export of ours
+                raise TransferError(f"cannot read the export {path}: {type(exc).__name__}: {exc}") from None
             entries = document.get("entries") if isinstance(document, dict) else None
             size = len(entries) if isinstance(entries, list) else None
             task = progress.add_task("importing", total=size)
@@ -262,7 +348,7 @@ def _cache_transfer(action: str, path: Path, layers: Sequence[Any], secret: str 
             total = f"{size} entries from {path}"
     out.print(f"{action}ed {total}: " + (", ".join(f"{n} {k}" for k, n in report.entries.items()) or "no layers"))
     for why in report.skipped:
-        err.print(f"[yellow]skipped[/] {why}")
+        err.print(f"[yellow]skipped[/] {escape(str(why))}")
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -395,11 +481,8 @@ def _print_report(rows: Sequence[Any], location: Path) -> None:
         table.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
     for r in rows:
         table.add_row(
-            r.op or f"[dim]{r.key[:12]}[/]",
-            r.shape or "-",
-            r.dtype or "-",
-            r.device_name,
-            r.chosen,
+            escape(r.op) if r.op else f"[dim]{r.key[:12]}[/]",
+            *(escape(v or "-") for v in (r.shape, r.dtype, r.device_name, r.chosen)),
             _num(r.ms, ".4f"),
             _num(r.aten_ms, ".4f"),
             _num(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
@@ -414,9 +497,23 @@ def _print_report(rows: Sequence[Any], location: Path) -> None:
         out.print("nothing tuned yet: tunesmith tune FILE.json, or tunesmith.tune(...), fills the cache")
 
 
+DESCRIPTION = """Picks the fastest kernel for every matmul-shaped operation, and remembers it.
+
+  tunesmith plugins                      installed plugins, and whether each runs here
+  tunesmith tune FILE.json | model.py    tune a problem set, or compile a model script and tune its GEMMs
+  tunesmith cache stats|clear|export|import
+  tunesmith calibrate                    measure this GPU for the cost model
+  tunesmith report                       every tuned problem against ATen and the roofline"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tunesmith", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what tunesmith does")
+    from importlib.metadata import version
+
+    parser = argparse.ArgumentParser(
+        prog="tunesmith", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"tunesmith {version('tunesmith')}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what tunesmith does (each tuned problem)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="installed plugins, their hooks, and whether each runs here")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -449,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layers", type=lambda s: [x for x in s.split(",") if x], help="comma-separated layers (default: caches)"
     )
+    p.add_argument("--yes", action="store_true", help="clear shared layers (Redis, memcached) without asking")
     p.set_defaults(func=_cache)
     p = sub.add_parser(
         "calibrate",
@@ -474,18 +572,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise Interrupted in the main thread (SIGTERM would
+    otherwise kill the process with no clean-up); the previous handlers come back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """Stop the workers, print one line, and give the exit status of a signal: 130 or 143."""
+    signum = _signum(exc)
+    if threading.current_thread() is threading.main_thread():  # a second Ctrl-C must not cut this short
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    _stop_workers()
+    done = exc.done if isinstance(exc, Interrupted) else ""
+    what = "interrupted" if signum == signal.SIGINT else "terminated"
+    err.print(f"{what}: {done}" if done else what, markup=False, highlight=False)
+    return 128 + signum
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> str:
+    """A warning as the command shows it: its category and message, not Python's source line."""
+    return f"{category.__name__}: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; its exit status: 0 done, 1 a problem failed to tune, 2 a usage error or
+    an error (printed on one line), 130 Ctrl-C, 143 SIGTERM."""
     from tunesmith.errors import TunesmithError
 
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = _one_line_warning
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    try:
-        return args.func(args)
-    except TunesmithError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        return 2
+    with _signals_interrupt():
+        try:
+            return args.func(args)
+        except TunesmithError as exc:
+            err.print(f"[red]error:[/] {escape(str(exc))}")
+            return 2
+        except KeyboardInterrupt as exc:
+            return _interrupted(exc)
 
 
 if __name__ == "__main__":

@@ -107,10 +107,19 @@ def reference(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖ / ‖ref‖ in float64; infinite when ``out`` has a NaN, the wrong shape or is not a tensor."""
+    """‖out − ref‖ / ‖ref‖ in float64 over the reference's finite values; infinite when ``out`` is
+    not a tensor of the reference's shape, or where its NaN and infinities are not the reference's
+    (inputs holding them give some: those must match)."""
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
         return math.inf
-    diff = out.detach().to("cpu", torch.float64) - ref
+    out = out.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(ref)
+    if not finite.all():
+        same = torch.where(torch.isnan(ref), torch.isnan(out), out == ref)  # an infinity by its sign
+        if not same[~finite].all():
+            return math.inf
+        out, ref = out[finite], ref[finite]
+    diff = out - ref
     if not torch.isfinite(diff).all():
         return math.inf
     scale = float(ref.norm())

@@ -6,6 +6,7 @@ dtype, tensors on different devices, an unknown scalar) ends in one ProblemError
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -231,6 +232,7 @@ def _epilogue(
                 raise ProblemError(f"epilogue {name}: tensor on {arg.device}, the problem is on {device}")
             if not arg.dtype.is_floating_point:
                 raise ProblemError(f"epilogue {name}: tensor dtype {arg.dtype} is not floating point")
+            _dense("epilogue", f"{name} operand", arg)
             _check_broadcast("epilogue", f"{name} operand", arg, out_shape)
             step = dict(input=first_index + len(extra))
             extra.append(arg)
@@ -262,6 +264,8 @@ def build_problem(
         names = ", ".join(_TENSOR_NAMES[op][:hi])
         count = f"{lo}" if lo == hi else f"{lo} or {hi}"
         raise ProblemError(f"{op} takes {count} tensors ({names}), got {[type(t).__name__ for t in tensors]}")
+    for name, t in zip(_TENSOR_NAMES[op], tensors, strict=False):
+        _dense(op, name, t)
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise ProblemError(f"{op}: tensors are on different devices ({', '.join(sorted(map(str, devices)))})")
@@ -285,6 +289,30 @@ def build_problem(
     scalar_values = {k: list(v) if isinstance(v, tuple) else v for k, v in parsed.items()}
     problem = Problem(op, tuple(tensor_meta(t) for t in inputs), output, tuple(steps), scalar_values)
     return problem, inputs
+
+
+def _dense(op: str, name: str, t: torch.Tensor) -> None:
+    """Refuse a layout tunesmith does not tune (sparse, nested, ...): its strides would not say
+    where its values are, and it would share a cache key with an unrelated dense tensor."""
+    if t.layout != torch.strided or t.is_nested:
+        layout = "nested" if t.is_nested else str(t.layout).removeprefix("torch.")
+        raise ProblemError(f"{op}: {name} is a {layout} tensor; tunesmith tunes dense tensors (use .to_dense())")
+
+
+def check_fits(problem: Problem, device: torch.device) -> None:
+    """Refuse up front a Problem whose inputs (as timing makes them) and output need more memory
+    than ``device`` has at all, rather than fail later in every choice's allocation."""
+    metas = [*problem.inputs, problem.output]
+    need = sum(_storage_size(m) * torch_dtype(m.dtype).itemsize for m in metas)
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise ProblemError(
+            f"{problem.op}: its inputs and output need {need / 2**30:.1f} GiB, more than {device.type}'s "
+            f"{total / 2**30:.1f} GiB: it cannot be allocated"
+        )
 
 
 def _conv_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int]) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ optionally verifies it against the float64 reference, and stores the answer in e
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -30,6 +31,8 @@ from tunesmith.ops import reference, relative_error, tolerance
 from tunesmith.options import Options
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
+
+log = logging.getLogger(__name__)
 
 #: the most that measured noise widens a tie (a noisier measurement says little either way)
 MAX_NOISE_TIE = 0.05
@@ -122,6 +125,11 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
             selection = _cached(problem, inputs, key, found, options)  # another process tuned it meanwhile
             if selection is None:
                 entry, kernel = _tune(problem, inputs, options, device)
+                ms = next((t.ms for t in entry.timings if t.spec == entry.chosen), math.nan)
+                log.info(
+                    "tuned %s: %s at %.4f ms, of %d choices in %.1f s",
+                    describe(problem), entry.chosen, ms, len(entry.timings), entry.tuning_s,
+                )  # fmt: skip
                 stack.put(key, unstructure(entry))
                 selection = _make(problem, key, entry, kernel, "tuned")
     with _memory_lock:

@@ -33,6 +33,11 @@ class WorkerDied(Exception):
     """The worker process exited; the message says how, with the end of its stderr."""
 
 
+class WorkersStopped(KeyboardInterrupt):
+    """The workers were stopped (Ctrl-C, SIGTERM: :func:`stop`): the benchmark waiting on one is
+    abandoned, not retried; a KeyboardInterrupt, so that no ``except Exception`` takes it."""
+
+
 def isolatable_plugins() -> list[str]:
     """The plugins a worker loads: those this process loaded from entry points (plugins added
     with ``tunesmith.register`` exist only here, so their choices are timed here)."""
@@ -118,7 +123,9 @@ class WorkerProcess:
         try:
             reply = self.replies.get(timeout=max(timeout, 0.0))
         except queue.Empty:
+            _refuse_if_stopped()
             return None
+        _refuse_if_stopped()  # a worker killed by stop(): its death is no crash to retry
         if reply is None:
             self.replies.put(None)  # every later receive() sees the death too
             raise WorkerDied(self.death())
@@ -181,7 +188,11 @@ class Slot:
         if current is not None and current.alive and current.signature == signature(_env(self.device), plugins):
             return current
         self.discard()
+        _refuse_if_stopped()
         self.worker = WorkerProcess(self.device, plugins)
+        if _stopped.is_set():  # stop() ran while it started, and may not have seen it
+            self.discard()
+            _refuse_if_stopped()
         return self.worker
 
     def discard(self) -> None:
@@ -192,6 +203,13 @@ class Slot:
 
 _slots: dict[str, Slot] = {}
 _slots_lock = threading.Lock()
+_stopped = threading.Event()
+
+
+def _refuse_if_stopped() -> None:
+    """Raise WorkersStopped once :func:`stop` ran: no worker is waited on or started after it."""
+    if _stopped.is_set():
+        raise WorkersStopped("the benchmark workers were stopped")
 
 
 def slot(device: torch.device) -> Slot:
@@ -210,3 +228,13 @@ def shutdown() -> None:
             if s.worker is not None:
                 s.worker.close()
                 s.worker = None
+
+
+def stop() -> None:
+    """Kill every worker now and start none again in this process (Ctrl-C, SIGTERM): unlike
+    :func:`shutdown`, it waits for no job; a benchmark in flight ends with WorkersStopped."""
+    _stopped.set()
+    with _slots_lock:
+        workers = [s.worker for s in _slots.values() if s.worker is not None]
+    for worker in workers:
+        worker.kill()  # its group: the compile helpers too (they also die with it by PDEATHSIG)

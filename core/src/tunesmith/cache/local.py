@@ -10,6 +10,8 @@ from pathlib import Path
 
 import platformdirs
 
+from tunesmith.cache.entry import MAX_ENTRY_BYTES, check_size
+
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
 
@@ -37,10 +39,16 @@ class LocalDiskCache:
         return self.entries / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> bytes | None:
+        """The entry's bytes; :class:`~tunesmith.cache.entry.BadEntry` for a file over the size bound,
+        refused from its size before reading it (and never more than the bound read)."""
         try:
-            return self._path(key).read_bytes()
+            with self._path(key).open("rb") as f:
+                check_size(os.fstat(f.fileno()).st_size)
+                raw = f.read(MAX_ENTRY_BYTES + 1)  # the file may have grown since
         except FileNotFoundError:
             return None
+        check_size(len(raw))
+        return raw
 
     def put(self, key: str, value: bytes) -> None:
         """Write to a temporary file in the same folder, then rename: readers never see half an entry."""
@@ -57,7 +65,18 @@ class LocalDiskCache:
             raise
 
     def _files(self) -> list[Path]:
-        return list(self.entries.glob("*/*.json")) if self.entries.is_dir() else []
+        """Every entry's file (a writer's temporary file is not one); an error where the folder is
+        there but cannot be listed (a file in its place, no permission), not an empty cache."""
+        if not self.root.exists():
+            return []
+        for folder in (self.root, self.entries):
+            if folder.exists() and not folder.is_dir():
+                raise NotADirectoryError(f"{folder} is not a folder")
+        if not self.entries.exists():
+            return []
+        if not os.access(self.entries, os.R_OK | os.X_OK):
+            raise PermissionError(f"cannot read the folder {self.entries}")
+        return [f for f in self.entries.glob("*/*.json") if not f.name.startswith(".")]
 
     def keys(self) -> list[str]:
         return [f.stem for f in self._files()]
@@ -67,7 +86,26 @@ class LocalDiskCache:
         return {"location": str(self.root), "entries": len(files), "bytes": sum(f.stat().st_size for f in files)}
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were."""
-        count = int(self.stats()["entries"])  # type: ignore[call-overload]
-        shutil.rmtree(self.entries, ignore_errors=True)
-        return count
+        """Delete every entry; returns how many were deleted, or raises :class:`NotCleared` saying
+        how many were and how many could not be (a read-only folder)."""
+        removed, failed = 0, []
+        for f in self._files():
+            try:
+                f.unlink()
+                removed += 1
+            except FileNotFoundError:
+                continue  # another process removed it
+            except OSError as exc:
+                failed.append(exc)
+        if failed:
+            raise NotCleared(removed, len(failed), failed[0])
+        shutil.rmtree(self.entries, ignore_errors=True)  # the emptied folders
+        return removed
+
+
+class NotCleared(OSError):
+    """Some entries of a layer could not be deleted: ``removed`` were, ``left`` were not."""
+
+    def __init__(self, removed: int, left: int, first: OSError) -> None:
+        super().__init__(f"removed {removed} entries; {left} could not be removed ({type(first).__name__}: {first})")
+        self.removed, self.left = removed, left

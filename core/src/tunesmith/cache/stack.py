@@ -2,7 +2,8 @@
 
 Each layer's errors are caught here, counted (``remote_cache_error``, ``local_cache_error``),
 warned about once per back-off period, and the layer (or, for a layer with ``server_for``, the
-server of the key) is skipped until the period ends.
+server of the key) is skipped until the period ends. A bad entry (whatever is wrong with it, a
+layer refusing it unread for its size included) is a miss with a warning (``cache_entry_invalid``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from tunesmith.cache.entry import BadEntry, decode, encode
+from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, decode, encode
 from tunesmith.counters import bump
 from tunesmith.errors import TunesmithWarning
 from tunesmith_hookspecs import CacheLayer, SerdeError, SharedCacheLayer
@@ -62,6 +63,18 @@ class CacheStack:
             stacklevel=3,
         )
 
+    def invalid(self, layer: CacheLayer, key: str, exc: Exception, quiet: bool) -> None:
+        """Count and warn about a bad entry (unless ``quiet``); the caller takes it as a miss."""
+        if quiet:
+            return
+        bump("cache_entry_invalid")
+        why = str(exc) if isinstance(exc, BadEntry | SerdeError) else f"{type(exc).__name__}: {exc}"
+        warnings.warn(
+            f"ignoring invalid {self.kind} entry {key[:16]}... in cache layer {layer.name!r}: {why}",
+            TunesmithWarning,
+            stacklevel=3,
+        )
+
     def lock_layer(self, key: str) -> SharedCacheLayer | None:
         """The first layer that offers single-flight locks and is not being skipped for ``key``."""
         return next((x for x in self.layers if isinstance(x, SharedCacheLayer) and self.usable(x, key)), None)
@@ -74,6 +87,9 @@ class CacheStack:
                 continue
             try:
                 raw = layer.get(key)
+            except BadEntry as exc:  # refused unread (over the size bound): a bad entry, not a layer failure
+                raw = None
+                self.invalid(layer, key, exc, quiet)
             except Exception as exc:  # noqa: BLE001 - a layer's failure is a miss, never a crash
                 self.failed(layer, key, "read", exc)
                 continue
@@ -81,15 +97,8 @@ class CacheStack:
             if raw is not None:
                 try:
                     value = parse(decode(raw, self.kind, key, self.secret))
-                except (BadEntry, SerdeError) as exc:
-                    if quiet:
-                        continue
-                    bump("cache_entry_invalid")
-                    warnings.warn(
-                        f"ignoring invalid {self.kind} entry {key[:16]}... in cache layer {layer.name!r}: {exc}",
-                        TunesmithWarning,
-                        stacklevel=2,
-                    )
+                except Exception as exc:  # noqa: BLE001 - whatever is wrong in an entry, it is a miss
+                    self.invalid(layer, key, exc, quiet)
             if value is None:
                 if not quiet:
                     bump(f"{self.kind}_{_scope(layer)}_miss")
@@ -100,8 +109,19 @@ class CacheStack:
         return None
 
     def put(self, key: str, payload: Any) -> None:
-        """Store ``payload`` (plain JSON data) in every layer."""
-        self._put_into(self.layers, key, encode(self.kind, key, payload, self.secret))
+        """Store ``payload`` (plain JSON data) in every layer, unless it is over the size bound
+        (no reader would take it)."""
+        raw = encode(self.kind, key, payload, self.secret)
+        if len(raw) > MAX_ENTRY_BYTES:
+            bump("cache_entry_too_large")
+            warnings.warn(
+                f"not caching {self.kind} entry {key[:16]}...: {len(raw):,} bytes, over the limit of "
+                f"{MAX_ENTRY_BYTES:,}",
+                TunesmithWarning,
+                stacklevel=2,
+            )
+            return
+        self._put_into(self.layers, key, raw)
 
     def _put_into(self, layers: Sequence[CacheLayer], key: str, raw: bytes) -> None:
         for layer in layers:

@@ -45,8 +45,11 @@ def _checked(key: Any, entry: Any, secret: str | None) -> bytes:
 
 
 def _layer_call(layer: CacheLayer, action: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``; a layer's failure becomes a :class:`TransferError`, a bad entry stays a :class:`BadEntry`."""
     try:
         return fn()
+    except BadEntry:
+        raise
     except Exception as exc:
         raise TransferError(f"cache layer {layer.name!r} failed to {action}: {type(exc).__name__}: {exc}") from exc
 
@@ -66,10 +69,10 @@ def export_entries(
             advance()
             if key in found:
                 continue
-            raw = _layer_call(layer, "read", lambda layer=layer, key=key: layer.get(key))
-            if raw is None:
-                continue  # expired or evicted since the listing
             try:
+                raw = _layer_call(layer, "read", lambda layer=layer, key=key: layer.get(key))
+                if raw is None:
+                    continue  # expired or evicted since the listing
                 decode(raw, None, key, secret)
             except BadEntry as exc:
                 report.skipped.append(f"{layer.name}: {key[:16]}...: {exc}")

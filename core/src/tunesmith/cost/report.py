@@ -8,7 +8,6 @@ that needs the Problem.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from tunesmith.cache.entry import BadEntry, decode
+from tunesmith.cache.entry import BadEntry, decode, load_json
 from tunesmith.cost.roofline import problem_bytes, problem_cost
 from tunesmith.errors import TunesmithError
 from tunesmith.problem import flops
@@ -68,16 +67,12 @@ def read_entries(layer: ListableCacheLayer, secret: str | None) -> Entries:
     """Every valid autotune entry of a listable layer; a bad one is skipped and logged, not fatal."""
     result = Entries()
     for key in sorted(layer.keys()):
-        raw = layer.get(key)
-        if raw is None:
-            continue  # removed since the listing
         try:
-            kind = json.loads(raw).get("kind")
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            kind = None
-        if isinstance(kind, str) and kind != "autotune":
-            continue  # a compiled graph's plan: not a tuned problem
-        try:
+            raw = layer.get(key)  # BadEntry: refused unread, over the size bound
+            if raw is None:
+                continue  # removed since the listing
+            if _kind(raw) not in ("autotune", None):
+                continue  # a compiled graph's plan: not a tuned problem
             entry = structure(decode(raw, "autotune", key, secret), SelectionEntry)
         except (BadEntry, SerdeError) as exc:
             log.warning("skipping invalid autotune entry %s... in cache layer %r: %s", key[:16], layer.name, exc)
@@ -85,6 +80,15 @@ def read_entries(layer: ListableCacheLayer, secret: str | None) -> Entries:
             continue
         result.found.append((key, entry))
     return result
+
+
+def _kind(raw: bytes) -> str | None:
+    """The ``kind`` an entry's bytes name, or None when they name none (a bad entry)."""
+    try:
+        kind = load_json(raw).get("kind")
+    except (BadEntry, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
 
 
 def _finite(value: float | None) -> float | None:

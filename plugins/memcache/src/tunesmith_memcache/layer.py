@@ -4,6 +4,7 @@ limit split into chunks, single-flight locks through ``add``.
 A stored value starts with one byte: ``=`` the entry follows, ``#`` a JSON manifest follows
 (``{"id", "n", "sha256"}``) naming ``n`` chunks kept on the same server under a per-write ``id``,
 so that concurrent writers never mix their chunks and a reader checks what it puts together.
+A value over the core's entry size bound is refused (``BadEntry``) from its manifest, unread.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from urllib.parse import unquote
 from pymemcache.client.base import PooledClient
 from pymemcache.client.rendezvous import RendezvousHash
 
+from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, check_size
 from tunesmith.cache.remote import CHUNK, ENTRY, LOCK, NAMESPACE
 
 log = logging.getLogger(__name__)
@@ -108,17 +110,23 @@ class MemcacheLayer:
         return self.clients[self.server_for(key)]
 
     def get(self, key: str) -> bytes | None:
+        """The entry's bytes; :class:`BadEntry` for one over the size bound (chunks left unread)."""
         client = self._client(key)
         raw = client.get(ENTRY + key)
+        if raw is not None:
+            check_size(len(raw) - 1)  # an item is at most memcached's item size limit (-I)
         if raw is None or raw[:1] != MANIFEST:
             return raw[1:] if raw is not None and raw[:1] == INLINE else raw
         manifest = _manifest(raw[1:])
         if manifest is None:
             return raw  # not ours: the core reads it as an invalid entry
+        if (manifest["n"] - 1) * CHUNK_BYTES >= MAX_ENTRY_BYTES:
+            raise BadEntry(f"{manifest['n']} chunks of {CHUNK_BYTES:,} bytes, over the limit of {MAX_ENTRY_BYTES:,}")
         names = [f"{CHUNK}{key}:{manifest['id']}:{i}" for i in range(manifest["n"])]
         digest = manifest["sha256"]
         chunks = client.get_many(names)
         value = b"".join(chunks.get(n, b"") for n in names)
+        check_size(len(value))  # chunks of another writer may be larger
         if len(chunks) != len(names) or hashlib.sha256(value).hexdigest() != digest:
             log.debug("entry %s...: chunks evicted or overwritten; a miss", key[:16])
             return None

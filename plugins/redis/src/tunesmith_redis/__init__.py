@@ -11,9 +11,9 @@ from typing import Any
 from tunesmith.cache.remote import without_password
 from tunesmith.options import parse_optional_str, parse_seconds
 from tunesmith_hookspecs import PluginStatus, hookimpl
-from tunesmith_redis.layer import RedisLayer
+from tunesmith_redis.layer import RedisAuthError, RedisLayer
 
-__all__ = ["RedisLayer"]
+__all__ = ["RedisAuthError", "RedisLayer"]
 
 
 @hookimpl
@@ -34,6 +34,8 @@ def tunesmith_plugin_status(options: Any) -> PluginStatus:
         return PluginStatus(False, "not configured: set redis_url (TUNESMITH_REDIS_URL) to share results in Redis")
     try:
         _layer(options).ping()
+    except RedisAuthError as exc:
+        return PluginStatus(False, f"{without_password(options.redis_url)}: {exc}")
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         return PluginStatus(False, f"cannot reach {without_password(options.redis_url)}: {type(exc).__name__}: {exc}")
     return PluginStatus(True)

@@ -1,18 +1,58 @@
-"""The Redis layer: entries as plain strings, locks with redis-py's token lock (SET NX PX)."""
+"""The Redis layer: entries as plain strings, locks with redis-py's token lock (SET NX PX).
+
+An entry is read only up to the core's size bound (``GETRANGE``): a longer one is refused
+(``BadEntry``). A server that wants a password, or refuses the one given, says so in
+tunesmith's words (:class:`RedisAuthError`), not redis-py's.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import LockError
+from redis.exceptions import AuthenticationError, LockError, ResponseError
 from redis.lock import Lock
 from redis.retry import Retry
 
+from tunesmith.cache.entry import MAX_ENTRY_BYTES, check_size
 from tunesmith.cache.remote import ENTRY, LOCK, NAMESPACE, without_password
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RedisAuthError(AuthenticationError):
+    """The server wants a password that ``redis_url`` lacks, or refuses the one it has."""
+
+
+def _auth_refused(exc: Exception) -> bool:
+    """Whether ``exc`` is the server refusing the client for want of (the right) password."""
+    if isinstance(exc, AuthenticationError):
+        return True
+    text = str(exc)
+    return isinstance(exc, ResponseError) and (text.startswith(("NOAUTH", "WRONGPASS")) or "authenticat" in text)
+
+
+def _explained(method: F) -> F:
+    """``method``, with an authentication failure said as :class:`RedisAuthError`."""
+
+    @functools.wraps(method)
+    def call(self: RedisLayer, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (AuthenticationError, ResponseError) as exc:
+            if not _auth_refused(exc) or isinstance(exc, RedisAuthError):
+                raise
+            if urlsplit(self.url).password is None:
+                raise RedisAuthError("Redis needs a password (set it in redis_url)") from None
+            raise RedisAuthError(f"Redis refused the password in redis_url ({exc})") from None
+
+    return call  # type: ignore[return-value]
 
 
 class RedisLayer:
@@ -37,17 +77,31 @@ class RedisLayer:
     def __repr__(self) -> str:
         return f"RedisLayer({without_password(self.url)!r})"
 
+    @_explained
     def ping(self) -> None:
         self.client.ping()
 
+    @_explained
     def get(self, key: str) -> bytes | None:
-        return self.client.get(ENTRY + key)
+        """The entry's bytes, of which at most the size bound and one byte more are read (one round
+        trip); :class:`BadEntry` for a longer one."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.exists(ENTRY + key)
+        pipe.strlen(ENTRY + key)
+        pipe.getrange(ENTRY + key, 0, MAX_ENTRY_BYTES)
+        found, size, head = pipe.execute()
+        if not found:
+            return None
+        check_size(max(size, len(head)))
+        return head
 
+    @_explained
     def put(self, key: str, value: bytes) -> None:
         self.client.set(ENTRY + key, value, px=self.ttl_ms)
 
     # --- single-flight ---
 
+    @_explained
     def acquire(self, key: str, ttl_s: float) -> str | None:
         lock = Lock(self.client, LOCK + key, timeout=ttl_s, blocking=False, thread_local=False)
         if not lock.acquire(blocking=False):
@@ -57,6 +111,7 @@ class RedisLayer:
             self._locks[token] = lock
         return token
 
+    @_explained
     def refresh(self, key: str, token: str, ttl_s: float) -> bool:
         with self._locks_guard:
             lock = self._locks.get(token)
@@ -67,6 +122,7 @@ class RedisLayer:
         except LockError:  # expired, or taken by another
             return False
 
+    @_explained
     def release(self, key: str, token: str) -> None:
         with self._locks_guard:
             lock = self._locks.pop(token, None)
@@ -79,9 +135,11 @@ class RedisLayer:
     def _scan(self, prefix: str) -> Iterator[bytes]:
         yield from self.client.scan_iter(match=prefix + "*", count=1000)
 
+    @_explained
     def keys(self) -> list[str]:
         return [k.decode()[len(ENTRY) :] for k in self._scan(ENTRY)]
 
+    @_explained
     def stats(self) -> dict[str, object]:
         names = list(self._scan(ENTRY))
         pipe = self.client.pipeline(transaction=False)
@@ -89,6 +147,7 @@ class RedisLayer:
             pipe.strlen(name)
         return {"location": without_password(self.url), "entries": len(names), "bytes": sum(pipe.execute())}
 
+    @_explained
     def clear(self) -> int:
         """Delete every key of this tunesmith version (entries and locks); returns the entries."""
         names = list(self._scan(NAMESPACE))

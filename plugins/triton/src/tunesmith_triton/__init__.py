@@ -52,7 +52,9 @@ def tunesmith_plugin_status() -> PluginStatus:
     device = _device()
     if device is None:
         return PluginStatus(
-            False, "needs a CUDA GPU (or TRITON_INTERPRET=1 to run the templates in Triton's interpreter)"
+            False,
+            "needs a CUDA GPU (or TRITON_INTERPRET=1 to run the templates in Triton's interpreter, "
+            "which needs numpy: pip install 'tunesmith-triton[interpret]')",
         )
     reason = "interpreter mode: no bfloat16 (Triton's interpreter has no bfloat16 tl.dot)" if interpreting() else ""
     return PluginStatus(True, reason, ops=SERVED, dtypes=_dtypes(), devices=(device,))
