@@ -6,6 +6,9 @@ float64 reference."""
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
 import threading
 import weakref
 
@@ -17,7 +20,7 @@ import tunesmith
 from tunesmith.problem import build_problem
 from tunesmith_hookspecs import ChoiceSpec
 
-from conftest import run_interpreted
+from conftest import run_env, run_interpreted
 
 CHECK = r"""
 import json, torch
@@ -371,3 +374,16 @@ def test_a_precompile_builds_its_launcher_once_on_the_early_thread(tmp_path, mon
     params = {"block_m": 32, "block_n": 64, "block_k": 32, "group_m": 8, "num_warps": 4, "num_stages": 2}
     TritonChoice(ChoiceSpec("triton", "gemm", params), problem, "ieee", sms=132).precompile()
     assert [b for b in builds if b[0] == "__triton_launcher"] == [("__triton_launcher", "tunesmith-launcher")]
+
+
+def test_the_interpreter_without_numpy_says_to_install_it():
+    script = (
+        "import sys, json; sys.modules['numpy'] = None\n"  # as if only the wheels were installed
+        "from tunesmith.plugins import get_system\n"
+        "print(json.dumps(get_system().records['triton'].error))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=run_env(TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=300
+    )
+    error = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "needs numpy" in error and "tunesmith-triton[interpret]" in error

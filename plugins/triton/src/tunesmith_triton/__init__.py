@@ -8,8 +8,14 @@ on CPU tensors (tests), where bfloat16 is not offered: the interpreter has no bf
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and importlib.util.find_spec("numpy") is None:
+    # triton itself fails to import then, with no word of why
+    raise ImportError("TRITON_INTERPRET=1 runs Triton's interpreter, which needs numpy: "
+                      "pip install 'tunesmith-triton[interpret]'")  # fmt: skip
 
 import torch
 
