@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from servers import KINDS, Server, layer_name
 
 import tunesmith
 from tunesmith import ops, plugins
@@ -165,3 +166,19 @@ class MineChoice:
 
     def kernel(self):
         return lambda *tensors: ops.run(self.problem, tensors)
+
+
+@pytest.fixture(params=sorted(KINDS))
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
+    """A fresh Redis or memcached server (one test each), stopped after the test."""
+    srv = KINDS[request.param](tmp_path / "server").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def remote(server: Server, monkeypatch: pytest.MonkeyPatch) -> Server:
+    """The server configured through the environment, as the only persistent layer."""
+    monkeypatch.setenv(f"TUNESMITH_{server.setting.upper()}", server.address)
+    monkeypatch.setenv("TUNESMITH_CACHES", layer_name(server))
+    return server

@@ -97,3 +97,8 @@ class Memcached(Server):
 
 
 KINDS = {"redis": Redis, "memcache": Memcached}
+
+
+def layer_name(server: Server) -> str:
+    """The name of the tunesmith cache layer that reaches ``server``."""
+    return next(name for name, kind in KINDS.items() if isinstance(server, kind))

@@ -18,7 +18,7 @@ import pytest
 import redis
 import torch
 from pymemcache.client.base import Client
-from servers import KINDS, Redis, Server
+from servers import Redis, Server, layer_name
 from tunesmith_memcache.layer import INLINE, MemcacheLayer
 
 import tunesmith
@@ -117,20 +117,6 @@ def test_the_core_stores_no_entry_over_the_bound(isolated):
 
 
 # --- Redis and memcached -------------------------------------------------------------------
-
-
-@pytest.fixture(params=sorted(KINDS))
-def remote(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    """A fresh server of each kind, the only persistent layer, stopped after the test."""
-    server = KINDS[request.param](tmp_path / "server").start()
-    monkeypatch.setenv(f"TUNESMITH_{server.setting.upper()}", server.address)
-    monkeypatch.setenv("TUNESMITH_CACHES", request.param)
-    yield server
-    server.stop()
-
-
-def layer_name(server: Server) -> str:
-    return "redis" if server.setting == "redis_url" else "memcache"
 
 
 def write_raw(server: Server, key: str, value: bytes) -> None:

@@ -14,12 +14,11 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from servers import KINDS, Memcached, Server
+from servers import Memcached, Server, layer_name
 from test_conformance import conformance, outcomes
 
 import tunesmith
@@ -37,26 +36,6 @@ from conftest import rand, run_env
 
 #: the issue's bound on what a dead server may add to one tune() call
 DEAD_SERVER_EXTRA_S = 2.0
-
-
-@pytest.fixture(params=sorted(KINDS))
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
-    """A fresh server of each kind, stopped after the test."""
-    srv = KINDS[request.param](tmp_path / "server").start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def remote(server: Server, monkeypatch: pytest.MonkeyPatch) -> Server:
-    """The server configured through the environment, as the only persistent layer."""
-    monkeypatch.setenv(f"TUNESMITH_{server.setting.upper()}", server.address)
-    monkeypatch.setenv("TUNESMITH_CACHES", server.program.replace("-server", "").replace("memcached", "memcache"))
-    return server
-
-
-def layer_name(server: Server) -> str:
-    return "redis" if server.setting == "redis_url" else "memcache"
 
 
 def the_layer(server: Server):

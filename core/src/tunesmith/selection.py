@@ -30,6 +30,7 @@ from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
 from tunesmith.ops import reference, relative_error, tolerance
 from tunesmith.options import Options
 from tunesmith.plugins import get_system
+from tunesmith.problem import check_fits
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,7 @@ def _tune(
     problem: Problem, inputs: Sequence[torch.Tensor], options: Options, device: torch.device
 ) -> tuple[SelectionEntry, Callable[..., Any]]:
     start = time.monotonic()
+    check_fits(problem, device)  # here, not per call: only a tuning allocates the Problem's tensors
     choices, reasons = hooks.choices(problem, options)
     if not choices:
         raise NoValidChoicesError(describe(problem), reasons)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from tunesmith import hooks, ops
-from tunesmith.problem import build_problem, check_fits, is_empty
+from tunesmith.problem import build_problem, is_empty
 from tunesmith.selection import Selection, select
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import ChoiceSpec, SelectionReport
@@ -38,7 +38,6 @@ def tune(
     """
     settings = current_options(options)
     problem, inputs = build_problem(op, tensors, scalars, epilogue)
-    check_fits(problem, inputs[0].device)
     if is_empty(problem):
         report = SelectionReport(problem, problem.key(), EMPTY_SPEC, (), source="empty")
         hooks.selection_done(report, settings)
