@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -601,7 +602,14 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     done = exc.done if isinstance(exc, Interrupted) else ""
     what = "interrupted" if signum == signal.SIGINT else "terminated"
     err.print(f"{what}: {done}" if done else what, markup=False, highlight=False)
-    return 128 + signum
+    code = 128 + signum
+    if threading.active_count() > 1:
+        # A thread abandoned in native code can abort the interpreter's teardown ("terminate
+        # called without an active exception"): the entries are on disk, so leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> str:
