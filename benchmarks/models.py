@@ -76,6 +76,8 @@ VARIANTS = (
 #: variants whose first step is also measured in a second process on warm caches
 WARM = ("tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
+#: where measurement processes write their kernel tables (``--kernels``)
+KERNELS_ENV = "TUNESMITH_MODELS_KERNELS"
 
 
 # --- the models (built in the child process) ---
@@ -330,7 +332,9 @@ def measure(model_name: str, variant: str, device: str, small: bool, timed: bool
     row["step_ms"] = round(statistics.median(times), 4)
     row["step_ms_rounds"] = [round(t, 4) for t in times]
     if cuda:
-        row["gpu_ms"] = round(gpu_ms(lambda: step(fn)), 4)
+        kernels = os.environ.get(KERNELS_ENV)
+        table_path = Path(kernels) / f"{model_name}-{variant}.txt" if kernels else None
+        row["gpu_ms"] = round(gpu_ms(lambda: step(fn), table_path), 4)
         with contextlib.suppress(Exception):  # without NVML the row goes without it
             row["sm_clock_mhz"] = torch.cuda.clock_rate()  # a card slowed by sustained load shows here
     return row
@@ -353,8 +357,9 @@ def watch_choices() -> Any:
     return chosen
 
 
-def gpu_ms(run: Callable[[], Any]) -> float:
-    """Device time per step by the profiler: every kernel, copy and memset of ``PROFILED`` steps."""
+def gpu_ms(run: Callable[[], Any], table_path: Path | None = None) -> float:
+    """Device time per step by the profiler: every kernel, copy and memset of ``PROFILED`` steps;
+    with ``table_path``, their table by name is written there (where the time goes)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -364,6 +369,9 @@ def gpu_ms(run: Callable[[], Any]) -> float:
             run()
         torch.cuda.synchronize()
     total_us = sum(e.self_device_time_total for e in prof.key_averages())
+    if table_path is not None:
+        table_path.parent.mkdir(parents=True, exist_ok=True)
+        table_path.write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=40) + "\n")
     return total_us / 1e3 / PROFILED
 
 
@@ -640,6 +648,7 @@ def main() -> None:
     parser.add_argument("--limit-other", type=float, default=300.0, help="seconds any other process may take")
     parser.add_argument("--warm", type=lambda s: s.split(","), default=list(WARM), help="variants timed warm too")
     parser.add_argument("--json", help="write the rows here (as they finish)")
+    parser.add_argument("--kernels", help="write each row's profiled kernels, by name, to a table in this folder")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --json, run the others")
     parser.add_argument("--chart", help="draw the step-time chart (PNG) here")
     parser.add_argument("--chart-only", help="redraw the chart and table from this JSON file, measure nothing")
@@ -664,6 +673,8 @@ def main() -> None:
         if args.chart:
             chart(data["rows"], data.get("device", "?"), args.chart)
         return
+    if args.kernels:
+        os.environ[KERNELS_ENV] = str(Path(args.kernels).resolve())
     meta = describe(args)
     if args.gpus is None:
         args.gpus = list(range(meta.get("gpus", 0))) or [0]

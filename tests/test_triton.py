@@ -285,6 +285,28 @@ def test_deterministic_mode_offers_no_split_k_and_keys_apart():
         torch.use_deterministic_algorithms(False)
 
 
+def test_decode_problems_get_the_narrow_weight_streaming_tiles_first_and_others_do_not(monkeypatch):
+    """On a Hopper GPU (its properties stubbed here), a GEMM of few rows is offered the decode
+    tiles ahead of the rest, where the cost model's ties keep them; a large one is not."""
+    from tunesmith_triton import configs
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(configs, "shared_memory", lambda device: 232448)
+    monkeypatch.setattr(configs, "multiprocessors", lambda device: 132)
+    weight = torch.randn(1100, 4096, dtype=torch.bfloat16)
+    decode, _ = build_problem("mm", [torch.randn(16, 4096, dtype=torch.bfloat16), weight.t()], {})
+    offered = configs.configs_for(decode, interpreter=False)
+    first = [(c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages) for t, c in offered if t == "gemm"]
+    assert first[: len(configs.DECODE_CONFIGS)] == list(configs.DECODE_CONFIGS)
+    if configs.TensorDescriptor is not None:
+        tma = [c for t, c in offered if t == "gemm_tma"]
+        assert (tma[0].block_m, tma[0].block_n, tma[0].block_k) == configs.DECODE_TMA_CONFIGS[0][:3]
+    large, _ = build_problem("mm", [torch.randn(512, 4096, dtype=torch.bfloat16), weight.t()], {})
+    tiles = {(c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages) for _, c in configs.configs_for(large, False)}
+    assert not tiles & set(configs.DECODE_CONFIGS)
+
+
 def test_configs_of_a_template_share_a_launcher_key_and_the_first_precompile_claims_it(tmp_path):
     """The key of the signature's launcher (``launchers.py``): the same for every config of a
     template on one Problem; another for another layout; claimed once."""

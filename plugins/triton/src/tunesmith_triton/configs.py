@@ -34,6 +34,25 @@ GPU_CONFIGS = (
     (16, 128, 128, 4, 4),
     (16, 256, 64, 4, 4),
 )
+#: narrow tiles that stream the weights of a decode GEMM (M of ``DECODE_M`` rows or fewer: tokens
+#: times a weight read as W.T), tried first there. Timed under CUDA graphs on the H200 on Llama-7B's
+#: MLP at 16 tokens (``benchmarks/decode_sweep.py``, results/decode_sweep_h200.json): the down
+#: projection (K 11008) ran in 0.90x cuBLAS's time with 32-column tiles and no split, against 1.01x
+#: for the best split-K config; the gate (K 4096) ran at cuBLAS's speed
+DECODE_M = 32
+DECODE_CONFIGS = (
+    (16, 32, 256, 2, 4),
+    (16, 32, 256, 2, 5),
+    (16, 32, 512, 4, 4),
+    (16, 16, 512, 2, 3),
+    (16, 32, 256, 2, 3),
+    (16, 32, 128, 4, 5),
+)
+DECODE_TMA_CONFIGS = (
+    (16, 32, 256, 4, 4, False, 1, False),
+    (16, 64, 256, 4, 5, False, 1, False),
+    (16, 32, 128, 4, 4, False, 1, False),
+)
 #: thin tiles that split K when the output has fewer tiles than the GPU has SMs
 SPLIT_K_CONFIGS = (
     (16, 64, 128, 4, 4),
@@ -157,6 +176,8 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
         device = torch.cuda.current_device()
         plain, split_k, limit, sms = GPU_CONFIGS, SPLIT_K_CONFIGS, shared_memory(device), multiprocessors(device)
         tma = TMA_CONFIGS if torch.cuda.get_device_capability(device)[0] >= 9 else ()
+        if m <= DECODE_M:  # first: where the cost model ties them with others, they are kept
+            plain, tma = DECODE_CONFIGS + plain, (DECODE_TMA_CONFIGS + tma if tma else ())
     found: list[tuple[str, Config]] = []
 
     def offer(template: str, config: Config) -> None:
