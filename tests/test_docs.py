@@ -8,7 +8,7 @@ import re
 import attrs
 import pytest
 
-from tunesmith.options import CORE_FIELDS
+from tunesmith.config import CORE_FIELDS
 from tunesmith_hookspecs import hookspecs
 
 from conftest import REPO

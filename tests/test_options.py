@@ -138,7 +138,7 @@ def test_options_blocks_do_not_leak_across_threads():
 def test_settings_travel_to_a_worker_as_json_and_come_back_equal(register):
     import json
 
-    from tunesmith.options import from_payload, to_payload
+    from tunesmith.config import from_payload, to_payload
 
     class Declares:
         @hookimpl

@@ -12,7 +12,7 @@ from typing import Any
 
 from tunesmith import hooks
 from tunesmith.cache.stack import reset_backoff
-from tunesmith.counters import counters
+from tunesmith.counting import counters
 from tunesmith.errors import (
     CaptureError,
     NoValidChoicesError,
@@ -21,11 +21,11 @@ from tunesmith.errors import (
     TunesmithError,
     TunesmithWarning,
 )
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith.plugins import get_system
 from tunesmith.selection import Selection, clear_memory
 from tunesmith.settings import current_options, options
-from tunesmith.tune import tune
+from tunesmith.direct import tune
 from tunesmith_hookspecs import SPEC_VERSION, hookimpl
 
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ from typing import Any
 from tunesmith.bench import DefaultBenchmarker
 from tunesmith.cache.local import LocalDiskCache
 from tunesmith.cost.profiles import builtin_profile
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import Benchmarker, CacheLayer, DeviceInfo, hookimpl
 

@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 
 from tunesmith.errors import TunesmithError
-from tunesmith.options import Options, overriding, to_payload
+from tunesmith.config import Options, overriding, to_payload
 from tunesmith.plugins import PluginSystem, call_impl, describe_error, get_system
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import (

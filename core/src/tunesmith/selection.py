@@ -25,10 +25,10 @@ from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
 from tunesmith.capture import capturing
 from tunesmith.cost.prune import prune
-from tunesmith.counters import bump
+from tunesmith.counting import bump
 from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
 from tunesmith.ops import reference, relative_error, tolerance
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith.plugins import get_system
 from tunesmith.problem import check_fits
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure

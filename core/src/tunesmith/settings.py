@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tunesmith.options import Options, check_overrides, overriding, resolve
+from tunesmith.config import Options, check_overrides, overriding, resolve
 from tunesmith.plugins import get_system
 
 

@@ -21,7 +21,7 @@ from tunesmith.bench import pool
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, InprocessBenchmarker, mark_compiled, time_inprocess
 from tunesmith.bench.isolated import time_isolated
 from tunesmith.bench.timing import check_output
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith_hookspecs import Choice, Problem, Timing
 
 __all__ = ["BUDGET_EXHAUSTED", "DefaultBenchmarker", "InprocessBenchmarker", "check_output", "mode"]

@@ -55,7 +55,7 @@ def _precompile(problem: dict[str, Any], spec: dict[str, Any], options: dict[str
     import torch
 
     from tunesmith import hooks
-    from tunesmith.options import from_payload
+    from tunesmith.config import from_payload
     from tunesmith.plugins import describe_error
     from tunesmith.settings import current_options
     from tunesmith_hookspecs import ChoiceSpec, Problem, structure

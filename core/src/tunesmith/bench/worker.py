@@ -94,7 +94,7 @@ class Server:
         import torch
 
         from tunesmith import hooks
-        from tunesmith.options import from_payload
+        from tunesmith.config import from_payload
         from tunesmith.problem import tensor_like
         from tunesmith.settings import current_options
         from tunesmith_hookspecs import ChoiceSpec, Problem, structure

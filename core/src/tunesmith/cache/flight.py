@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from tunesmith.cache.stack import CacheStack
-from tunesmith.counters import bump
+from tunesmith.counting import bump
 from tunesmith.errors import TunesmithWarning
 from tunesmith_hookspecs import SharedCacheLayer
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, decode, encode
-from tunesmith.counters import bump
+from tunesmith.counting import bump
 from tunesmith.errors import TunesmithWarning
 from tunesmith_hookspecs import CacheLayer, SerdeError, SharedCacheLayer
 

@@ -26,7 +26,7 @@ import torch
 
 from tunesmith import ops
 from tunesmith.capture import capturing
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith.problem import build_problem, is_empty
 from tunesmith.selection import select
 from tunesmith.settings import current_options

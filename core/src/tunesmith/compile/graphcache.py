@@ -20,7 +20,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from tunesmith.cache.keys import device_fingerprint
-from tunesmith.options import Options, to_payload
+from tunesmith.config import Options, to_payload
 from tunesmith.passes import pass_uuid
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import SPEC_VERSION, ChoiceSpec, SerdeError, structure, unstructure

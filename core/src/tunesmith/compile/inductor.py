@@ -20,7 +20,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import result_settings
 from tunesmith.compile.stages import all_passes, post_grad, run_passes
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith.passes import pass_uuid
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import SPEC_VERSION

@@ -26,8 +26,8 @@ from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
 from tunesmith.compile.lowering import AtenLowering, Lowered, lower, restore, symbolic
-from tunesmith.counters import bump
-from tunesmith.options import Options
+from tunesmith.counting import bump
+from tunesmith.config import Options
 from tunesmith.problem import is_empty, tensor_like, tensor_meta
 from tunesmith.selection import Selection, select
 from tunesmith_hookspecs import ChoiceSpec, Problem, SelectionReport

@@ -19,7 +19,7 @@ import torch
 
 from tunesmith.cost.profiles import PRESETS, load_calibrated, preset_for, profile_path, save_calibrated
 from tunesmith.errors import TunesmithError
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith_hookspecs import DeviceInfo
 
 log = logging.getLogger(__name__)

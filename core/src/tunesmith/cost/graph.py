@@ -28,7 +28,7 @@ from tunesmith.cost import collectives
 from tunesmith.cost.nodes import node_cost, op_name
 from tunesmith.cost.profiles import PRESETS
 from tunesmith.errors import TunesmithError
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import DeviceInfo
 

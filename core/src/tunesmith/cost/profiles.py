@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from tunesmith.cache.local import default_cache_dir
-from tunesmith.options import Options
+from tunesmith.config import Options
 from tunesmith_hookspecs import DeviceInfo, structure, unstructure
 
 log = logging.getLogger(__name__)

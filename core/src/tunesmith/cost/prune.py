@@ -22,8 +22,8 @@ from typing import TypeVar
 import torch
 
 from tunesmith import hooks
-from tunesmith.counters import bump
-from tunesmith.options import Options
+from tunesmith.counting import bump
+from tunesmith.config import Options
 from tunesmith_hookspecs import Choice
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import tunesmith
-from tunesmith.options import parse_int, parse_optional_str
+from tunesmith.config import parse_int, parse_optional_str
 from tunesmith_ck.arch import arch_of
 from tunesmith_ck.build import cache_root
 from tunesmith_ck.choice import CKChoice

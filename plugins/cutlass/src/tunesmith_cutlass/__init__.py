@@ -19,7 +19,7 @@ import torch
 
 import tunesmith
 from tunesmith.ops import tf32_allowed
-from tunesmith.options import parse_int, parse_optional_str, parse_seconds
+from tunesmith.config import parse_int, parse_optional_str, parse_seconds
 from tunesmith_cutlass.build import cache_root
 from tunesmith_cutlass.choice import CutlassChoice
 from tunesmith_cutlass.cost import estimate_ms, rank

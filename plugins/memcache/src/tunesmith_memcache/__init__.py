@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tunesmith.options import parse_seconds
+from tunesmith.config import parse_seconds
 from tunesmith_hookspecs import PluginStatus, hookimpl
 from tunesmith_memcache.layer import MemcacheLayer, parse_servers
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunesmith.cache.remote import without_password
-from tunesmith.options import parse_optional_str, parse_seconds
+from tunesmith.config import parse_optional_str, parse_seconds
 from tunesmith_hookspecs import PluginStatus, hookimpl
 from tunesmith_redis.layer import RedisAuthError, RedisLayer
 
