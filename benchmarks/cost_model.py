@@ -1,10 +1,15 @@
-"""The cost model on one GPU, over the GEMM set: its estimates against measured times, and what
-pruning by it costs and saves.
+"""The cost model and pruning on one GPU, over the GEMM set: the model's estimates against measured
+times, what pruning by it costs and saves in cold tuning, where a cold tune's time goes, and
+pruning replayed on measured times.
 
     python benchmarks/cost_model.py --json $OUT/cost_model.json [--only NAME,NAME] [--prune N]
     python benchmarks/cost_model.py --json all.json --merge part1.json part2.json
+    python benchmarks/cost_model.py breakdown [--cases NAME,NAME] [--modes subprocess] [--json FILE]
+    python benchmarks/cost_model.py breakdown --compile-split [--cases NAME,NAME] [--json FILE]
+    python benchmarks/cost_model.py replay RESULT.json [RESULT.json ...] [--estimate] [--json OUT]
+    python benchmarks/cost_model.py replay --rank NAME[,NAME] [--json OUT]
 
-Per case:
+The run (the first two lines), per case:
 
 - ``tunesmith.estimate`` of the case's eager code (the torch op, then each epilogue op), with the
   preset profile and with the profile ``tunesmith calibrate`` measured (when one is stored), and
@@ -17,19 +22,47 @@ Per case:
   its estimate.
 - Both chosen kernels timed again here, in interleaved rounds (the median of do_bench medians):
   ``pruned_ms / exhaustive_ms``.
+
+``breakdown`` (GPU): where a cold tune's time goes, per phase, for a few cases of the GEMM set,
+exhaustive and pruned.
+
+Each line is one fresh process with empty tunesmith and Triton caches. Before the clock starts it
+pays what a process pays once: CUDA, the benchmark worker's start, and Triton's first use in
+both processes (a tune of a small problem of another shape, in memory only). Then it tunes the
+case (backends aten + triton) and reports the phases: choice generation, pruning, the benchmark
+(with ``benchmark=inprocess``: precompiling, and timing, apart), and loading the winner. With the
+worker (``subprocess``) each of its jobs is listed as it finished: its kind, choice and seconds,
+and for a precompile the seconds in a compile process and in the worker.
+``--compile-split`` instead precompiles every Triton choice of each case in turn in one fresh
+process: the kernel's compile, and its launcher's build and load (no launcher built early).
+
+``replay`` (CPU): pruning replayed on measured tuning times: which choices ``prune`` and ``WINDOW``
+keep, and how far the best kept time is from the exhaustive tune's best, per case.
+
+The input is a result of the run: its exhaustive tunes timed every choice, each next to
+the model's estimate. ``--estimate`` recomputes the Triton estimates with this checkout's model
+(for runs made with an older one; only the choices that run timed take part), and ATen's, for the
+ceiling (``prune.BASELINE_CEILING``); without it there is no ceiling. A replay says
+what pruning would have kept; the tune time it saves is only measured by the run.
+``--rank`` instead lists every Triton config the plugin offers a case on an H100, by this
+checkout's estimate (no GPU needed).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import math
 import os
+import pstats
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +246,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["breakdown"]:
+        return breakdown_main(sys.argv[2:])
+    if sys.argv[1:2] == ["replay"]:
+        return replay_main(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", required=True, help="where to write the results")
     parser.add_argument("--only", help="comma-separated case names (default: every case)")
@@ -251,6 +288,317 @@ def main() -> int:
         "cases": rows,
     }
     return finish(args.json, result, print_table)
+
+
+BREAKDOWN_CASES = ("baddbmm_attn_scores", "square_8192_bf16", "decode_m16", "addmm_relu_4096")
+
+
+def _breakdown_child(name: str, prune: str, mode: str, profile: bool = False) -> dict[str, Any]:
+    import torch
+
+    import tunesmith
+    from tunesmith import problemset, selection
+    from tunesmith.bench import inprocess, isolated
+
+    torch.set_float32_matmul_precision(PRECISION)
+    warm_process()
+    phases: dict[str, float] = {}
+
+    def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                phases[key] = phases.get(key, 0.0) + time.perf_counter() - start
+
+        return run
+
+    benchmarker = selection.hooks.benchmarker
+
+    class Timed:
+        def __init__(self, options: Any) -> None:
+            self.inner = benchmarker(options)
+
+        def benchmark(self, *args: Any) -> Any:
+            return timed("benchmark_s", self.inner.benchmark)(*args)
+
+    selection.hooks.benchmarker = Timed
+    selection.hooks.choices = timed("choices_s", selection.hooks.choices)
+    selection.prune = timed("prune_s", selection.prune)
+    selection.runnable = timed("load_winner_s", selection.runnable)
+    inprocess.precompile_all = timed("precompile_s", inprocess.precompile_all)
+    inprocess.measure = timed("time_s", inprocess.measure)
+    isolated.IsolatedRun.precompile = timed("precompile_s", isolated.IsolatedRun.precompile)
+    isolated.IsolatedRun.time = timed("time_s", isolated.IsolatedRun.time)
+    jobs: list[list[Any]] = []  # the worker's jobs, as they finish: kind, choice, seconds, and its split
+
+    def record(run: Any, kind: str, index: int, seconds: float, result: dict[str, Any]) -> None:
+        spec = str(run.specs[index]) if index >= 0 else ""
+        jobs.append([kind, spec, round(seconds, 3), *(round(result.get(k, 0.0), 3) for k in ("away_s", "here_s"))])
+
+    isolated.IsolatedRun._log_job = record
+    case = {c.name: c for c in problemset.load(SHAPES)}[name]
+    tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
+    options = {"backends": BACKENDS, "prune": None if prune == "none" else int(prune), "benchmark": mode}
+    profiler = cProfile.Profile() if profile else None
+    _sync()
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    sel = tunesmith.tune(case.op, *tensors, epilogue=problemset.epilogue(case), options=options, **scalars)
+    _sync()
+    total = time.perf_counter() - start
+    if profiler:
+        profiler.disable()
+        for order in ("cumulative", "tottime"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats(order).print_stats(30)
+    return {
+        "case": name,
+        "prune": prune,
+        "benchmark": mode,
+        "tune_s": round(total, 3),
+        **{k: round(v, 3) for k, v in phases.items()},
+        "choices": len(sel.timings),
+        "spec": str(sel.spec),
+        "jobs": jobs,
+    }
+
+
+def _compile_split(name: str) -> dict[str, Any]:
+    """In a fresh process with empty caches: every Triton choice of the case precompiled in turn,
+    the kernel's compile apart from its launcher's build and load (``_init_handles``)."""
+    import torch
+    from triton.compiler import compiler
+    from tunesmith_triton import choice as choice_module
+
+    import tunesmith
+    from tunesmith import hooks, problemset
+    from tunesmith.problem import build_problem
+
+    torch.set_float32_matmul_precision(PRECISION)
+    warm_process()
+    handles: list[float] = []
+    init = compiler.CompiledKernel._init_handles
+
+    def timed_init(self: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return init(self)
+        finally:
+            handles.append(time.perf_counter() - start)
+
+    compiler.CompiledKernel._init_handles = timed_init
+    choice_module.build_early = lambda *args: None  # each launcher built by the first of its signature
+    case = {c.name: c for c in problemset.load(SHAPES)}[name]
+    tensors, scalars = problemset.make_inputs(case, DEVICE, seed=1)
+    problem, _ = build_problem(case.op, tensors, scalars, problemset.epilogue(case))
+    rows = []
+    with tunesmith.options(backends=["triton"]) as opts:
+        choices, _ = hooks.choices(problem, opts)
+        for choice in choices:
+            handles.clear()
+            start = time.perf_counter()
+            choice.precompile()
+            total = time.perf_counter() - start
+            rows.append([str(choice.spec), round(total - sum(handles), 3), round(sum(handles), 3)])
+    return {"case": name, "compile_then_handles_s": rows}
+
+
+def breakdown_main(argv: list[str]) -> int:
+    """``breakdown``: where a cold tune's time goes (see the module's docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="cost_model.py breakdown", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cases", default=",".join(BREAKDOWN_CASES))
+    parser.add_argument("--json", help="also write the lines, with the run's device and versions, here")
+    parser.add_argument("--profile", action="store_true", help="profile one in-process pruned tune per case instead")
+    parser.add_argument("--modes", default="subprocess,inprocess", help="benchmark modes to run each case in")
+    parser.add_argument(
+        "--compile-split", action="store_true", help="instead: each Triton choice's compile and launcher, in turn"
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        if args.compile_split:
+            out = _compile_split(args.child[0])
+        else:
+            out = _breakdown_child(*args.child, profile=args.profile)
+        print(json.dumps(out))
+        return 0
+    if args.profile:  # the profile goes to stderr
+        for name in args.cases.split(","):
+            root = tempfile.mkdtemp(prefix="breakdown_")
+            env = {**os.environ, "TUNESMITH_CACHE_DIR": f"{root}/ts", "TRITON_CACHE_DIR": f"{root}/triton"}
+            command = [sys.executable, __file__, "breakdown", "--profile", "--child", name, "6", "inprocess"]
+            subprocess.run(command, env=env, check=True)
+        return 0
+    lines = []
+    runs = [(prune, mode) for prune in ("6", "none") for mode in args.modes.split(",")]
+    for name in args.cases.split(","):
+        for prune, mode in [("-", "-")] if args.compile_split else runs:
+            root = tempfile.mkdtemp(prefix="breakdown_")
+            env = {**os.environ, "TUNESMITH_CACHE_DIR": f"{root}/ts", "TRITON_CACHE_DIR": f"{root}/triton"}
+            command = [sys.executable, __file__, "breakdown", "--child", name, prune, mode]
+            command += ["--compile-split"] if args.compile_split else []
+            out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if out.returncode:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return 1
+            lines.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(json.dumps(lines[-1]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**run_info(6), "runs": lines}, indent=1))
+    return 0
+
+
+WINDOWS = (None, 0.05, 0.10, 0.15, 0.20)
+
+
+SMS, SHARED = 132, 232448  # an H100's
+
+
+def as_h100() -> None:
+    """What the Triton plugin reads of the GPU, as an H100's (so that configs are made without one)."""
+    import torch
+    from tunesmith_triton import configs
+
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    configs.shared_memory = lambda device: SHARED
+    configs.multiprocessors = lambda device: SMS
+
+
+def _problem(case_name: str) -> Any:
+    """The case's Problem, on "cuda" (from meta tensors)."""
+    from tunesmith import problemset
+    from tunesmith.problem import build_problem, on_device
+
+    case = {c.name: c for c in problemset.load(SHAPES)}[case_name]
+    tensors, scalars = problemset.make_inputs(case, "meta", seed=1)
+    return on_device(build_problem(case.op, tensors, scalars, problemset.epilogue(case))[0], "cuda")
+
+
+def _estimate(problem: Any, template: str, params: dict[str, Any]) -> float:
+    """This checkout's estimate of one Triton config, as on an H100 (SXM preset)."""
+    from tunesmith_triton.choice import TritonChoice, precision
+    from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
+
+    from tunesmith.cost.profiles import PRESETS
+    from tunesmith_hookspecs import ChoiceSpec
+
+    profile = PRESETS["H100-SXM"]
+    choice = TritonChoice(ChoiceSpec("triton", template, params), problem, precision(problem), SMS)
+    return estimate_ms(
+        template, choice.config, work_of(choice), problem, profile, profile.multiprocessors, SHARED_MEMORY
+    )
+
+
+def _replay_estimates(case_name: str, specs: list[str]) -> tuple[dict[str, float], float]:
+    """This checkout's estimate of each Triton spec of the case, and the ceiling ATen's estimate
+    sets (H100-SXM preset)."""
+    import torch
+
+    from tunesmith.cost.profiles import PRESETS
+    from tunesmith.cost.prune import baseline_ceiling
+    from tunesmith_aten.cost import estimate_ms
+
+    torch.set_float32_matmul_precision(PRECISION)  # as the runs had it: float32 estimates at TF32's peak
+    problem, out = _problem(case_name), {}
+    aten = [s.split(":", 1)[1] for s in specs if s.startswith("aten:")]
+    ceiling = baseline_ceiling([estimate_ms(problem, template, PRESETS["H100-SXM"]) for template in aten])
+    for spec in specs:
+        m = re.fullmatch(r"triton:(\w+)\[(.*)\]", spec)
+        if m is None:
+            continue
+        params = {k: json.loads(v.lower()) for k, v in (kv.split("=") for kv in m.group(2).split(","))}
+        out[spec] = _estimate(problem, m.group(1), params)
+    return out, ceiling
+
+
+def rank(case_name: str) -> list[tuple[str, float, float]]:
+    """Every Triton config offered for the case on an H100: (spec, estimate ms, over the best), best first."""
+    from tunesmith_triton import configs
+
+    from tunesmith_hookspecs import ChoiceSpec
+
+    as_h100()
+    problem = _problem(case_name)
+    found = [
+        (str(ChoiceSpec("triton", t, c.params())), _estimate(problem, t, dict(c.params())))
+        for t, c in configs.configs_for(problem, False)
+    ]
+    found.sort(key=lambda row: row[1])
+    return [(spec, ms, ms / found[0][1]) for spec, ms in found]
+
+
+def replay(
+    case: dict[str, Any], prune: int, window: float | None, estimates: dict[str, float], ceiling: float = math.inf
+) -> dict[str, Any]:
+    """The choices pruning keeps from the case's exhaustive timings (ATen's always); the best kept
+    time over the best of all, and the same among the modelled choices alone (what pruning
+    decides, whichever wins)."""
+    from tunesmith.cost.prune import lowest
+
+    times = {spec: ms for spec, ms, _ in case["choices"]}
+    modelled = [s for s in times if s in estimates]
+    kept = lowest({s: estimates[s] for s in modelled}, prune, window, ceiling)
+    out = {"kept": len(kept) + len(times) - len(modelled)}  # ATen's, and anything without an estimate
+    out["best_kept_vs_best"] = min([times[s] for s in kept] + [t for s, t in times.items() if s not in estimates])
+    out["best_kept_vs_best"] /= min(times.values())
+    if kept:
+        out["modelled_best_kept_vs_best"] = min(times[s] for s in kept) / min(times[s] for s in modelled)
+    return out
+
+
+def replay_main(argv: list[str]) -> int:
+    """``replay``: pruning replayed on a result's measured times (see the module's docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="cost_model.py replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("results", nargs="*")
+    parser.add_argument("--rank", help="comma-separated case names: their configs by estimate")
+    parser.add_argument("--prune", type=int, default=6)
+    parser.add_argument("--estimate", action="store_true", help="estimate with this checkout's model")
+    parser.add_argument("--json", help="write the replay here")
+    args = parser.parse_args(argv)
+    if args.rank:
+        ranked = {name: rank(name) for name in args.rank.split(",")}
+        for name, rows_ in ranked.items():
+            print(name, *(f"  {over:.3f} {ms:.4f} {spec}" for spec, ms, over in rows_), sep="\n")
+        if args.json:
+            out = {"device": "CPU: the estimates for an H100 (H100-SXM preset, 132 SMs)", "cases": ranked}
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
+    rows = []
+    for path in args.results:
+        for case in json.loads(Path(path).read_text())["cases"]:
+            specs = [spec for spec, _, _ in case["choices"]]
+            ceiling = math.inf
+            if args.estimate:
+                estimates, ceiling = _replay_estimates(case["name"], specs)
+            else:
+                estimates = {spec: est for spec, _, est in case["choices"] if est is not None}
+            row: dict[str, Any] = {"source": Path(path).name, "name": case["name"], "choices": len(specs)}
+            for window in WINDOWS:
+                row[f"window_{window}"] = replay(case, args.prune, window, estimates, ceiling)
+            rows.append(row)
+            cells = "  ".join(
+                f"{w}: {r['kept']}, {r['best_kept_vs_best']:.3f}/{r.get('modelled_best_kept_vs_best', 1):.3f}"
+                for w in WINDOWS
+                for r in [row[f"window_{w}"]]
+            )
+            print(f"{case['name']:26s} {cells}")
+    summary = {}
+    for key in ("best_kept_vs_best", "modelled_best_kept_vs_best", "kept"):
+        pick = sum if key == "kept" else max
+        summary[key] = {str(w): pick(r[f"window_{w}"].get(key, 1) for r in rows) for w in WINDOWS}
+        print(f"{key} ({pick.__name__} over the cases), by window: {summary[key]}")
+    if args.json:
+        out = {"device": "CPU replay of the inputs' measured times", "inputs": args.results, "prune": args.prune}
+        out |= {"estimated_here": args.estimate, "summary": summary, "cases": rows}
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The GEMM set on one GPU: ATen, tunesmith (backends aten + triton) and Inductor
 ``max-autotune-no-cudagraphs``, in one process on the same inputs.
 
-    python benchmarks/gemm.py --json $OUT/gemm.json [--only NAME,NAME] [--no-inductor]
+    python benchmarks/gemm.py --json $OUT/gemm.json [--only NAME,NAME] [--no-inductor] [--chart $OUT/gemm.png]
+    python benchmarks/gemm.py --json all.json --merge part1.json part2.json --chart all.png
+    python benchmarks/gemm.py --chart-only benchmarks/results/gemm_h100.json --chart out.png
 
 Per case: each path's kernel time (``triton.testing.do_bench`` median, L2 flushed between runs;
 tunesmith's chosen kernel is timed again here, not taken from its tuning run) and its GPU time
@@ -11,7 +13,8 @@ of the compiled function), the relative error by norm of each path against a flo
 and the time a fresh process with the warm tunesmith cache takes to get each kernel (what a
 process pays once reported apart). Every cache (tunesmith, Inductor, Triton) starts empty in a
 temporary folder. ``GEMM_BENCH_DEVICE=cpu`` with ``TRITON_INTERPRET=1`` runs it on a CPU (a
-smoke test of the script, not a measurement).
+smoke test of the script, not a measurement). ``--chart`` draws tunesmith's speedup over ATen
+and over Inductor per case (needs matplotlib); ``--chart-only`` redraws it from a result, anywhere.
 """
 
 from __future__ import annotations
@@ -433,10 +436,44 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     Console(width=160).print(table)
 
 
+def chart(result: dict[str, Any], target: str) -> None:
+    """Bar chart of a result: tunesmith's speedup over ATen and over Inductor max-autotune, per case."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, summary_ = result["cases"], result["summary"]
+    names = [r["name"] for r in rows]
+    series = [
+        ("over ATen", "speedup_vs_aten", "#4878d0"),
+        ("over Inductor max-autotune", "speedup_vs_inductor", "#ee854a"),
+    ]
+    fig, ax = plt.subplots(figsize=(12, 5.5))
+    width = 0.4
+    for i, (label, key, color) in enumerate(series):
+        xs = [j + (i - 0.5) * width for j in range(len(rows))]
+        ax.bar(xs, [r.get(key, 0) for r in rows], width, label=label, color=color)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), names, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("speedup (time of the other / tunesmith's)")
+    ax.set_title(
+        f"tunesmith (aten + triton) on {result['device']}, torch {result['torch']}, triton {result['triton']}: "
+        f"geomean {summary_['geomean_speedup_vs_aten']:.4f}x over ATen, "
+        f"{summary_.get('geomean_speedup_vs_inductor', float('nan')):.4f}x over Inductor",
+        fontsize=9,
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(target, dpi=110)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", required=True, help="where to write the results")
+    parser.add_argument("--json", help="where to write the results")
     parser.add_argument("--only", help="comma-separated case names (default: every case)")
+    parser.add_argument("--chart", help="draw the speedup chart (PNG) here")
+    parser.add_argument("--chart-only", help="redraw the chart and table from this JSON file, measure nothing")
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor max-autotune")
     parser.add_argument("--cold-only", action="store_true", help="only each case's cold tuning time")
     parser.add_argument("--cutlass", action="store_true", help="add the path with backends aten + triton + cutlass")
@@ -444,6 +481,14 @@ def main() -> int:
     parser.add_argument("--warm", help=argparse.SUPPRESS)  # the fresh warm-cache process
     parser.add_argument("--cold", help=argparse.SUPPRESS)  # a case's cold tune in a fresh process
     args = parser.parse_args()
+    if args.chart_only:
+        result = json.loads(Path(args.chart_only).read_text())
+        print_table(result["cases"])
+        if args.chart:
+            chart(result, args.chart)
+        return 0
+    if not args.json:
+        parser.error("--json is required")
     if args.warm:
         Path(args.json).write_text(json.dumps(_warm(args.warm.split(","))))
         return 0
@@ -454,7 +499,7 @@ def main() -> int:
         result = merged(args.merge, summary)
         setups = [json.loads(Path(p).read_text())["warm_process_setup_s"] for p in args.merge]
         result["warm_process_setup_s"] = max(setups)
-        return finish(args.json, result, print_table)
+        return _finish(args, result)
     _fresh_caches()
     import torch
 
@@ -505,7 +550,14 @@ def main() -> int:
         "summary": summary(rows),
         "cases": rows,
     }
-    return finish(args.json, result, print_table)
+    return _finish(args, result)
+
+
+def _finish(args: Any, result: dict[str, Any]) -> int:
+    finish(args.json, result, print_table)
+    if args.chart:
+        chart(result, args.chart)
+    return 0
 
 
 if __name__ == "__main__":

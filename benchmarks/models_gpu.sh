@@ -12,7 +12,7 @@
 # and logs go (/tmp/models). Rows already in WORK's gpu0.json and gpu1.json are kept (--resume):
 # copy a stopped run's files there to finish it.
 set -u
-source benchmarks/gpu_install.sh || exit 1
+source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
 export PYTHONUNBUFFERED=1
 WORK=${WORK:-/tmp/models}

@@ -6,7 +6,7 @@ entry). The database holds ``--keys`` signed entries made from a real tuning res
 look-up is for a random one of them (all hits). Prints and writes (``--json``) look-ups per
 second, p50/p99/max latency and the error count.
 
-    python benchmarks/redis_load.py --json benchmarks/results/redis_load.json
+    python benchmarks/redis_load.py --json benchmarks/results/redis_load_cpu.json
 
 Starts its own redis-server on a free loopback port unless ``--url`` is given.
 """

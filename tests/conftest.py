@@ -1,17 +1,17 @@
 """Shared fixtures: every test runs with its own cache folder, config folder, working directory
-and a clean TUNESMITH_* environment; fixture plugins are installed for real into temp folders."""
+and a clean TUNESMITH_* environment (tunesmith.testing, the kit plugin authors use too); fixture
+plugins are installed for real into temp folders."""
 
 from __future__ import annotations
 
 import fcntl
-import importlib
 import json
 import os
 import subprocess
 import sys
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -20,6 +20,11 @@ from servers import KINDS, Server, layer_name
 import tunesmith
 from tunesmith import ops, plugins
 from tunesmith_hookspecs import ChoiceSpec
+
+if TYPE_CHECKING:  # imported by pytest as a plugin below, before its first use (assert rewriting)
+    from tunesmith.testing import PluginLoader
+
+pytest_plugins = ["tunesmith.testing"]
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -31,24 +36,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-@pytest.fixture(autouse=True)
-def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private cache dir, config dir and cwd; fast benchmark settings; a clean tunesmith state;
-    random inputs seeded by the test's id, so that a failure can be reproduced."""
-    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
-    for key in list(os.environ):
-        if key.startswith("TUNESMITH_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("TUNESMITH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("TUNESMITH_BENCH_WARMUP", "1")
-    monkeypatch.setenv("TUNESMITH_BENCH_REPEAT", "3")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    tunesmith.reset()
-    yield tmp_path
-    tunesmith.reset()
+@pytest.fixture
+def isolated(tunesmith_isolated: Path) -> Path:
+    """The test's folder (cache/, config/, work/): ``tunesmith_isolated`` of tunesmith.testing, which
+    isolates every test (autouse) and seeds torch by the test's id."""
+    return tunesmith_isolated
 
 
 def run_env(**extra: str) -> dict[str, str]:
@@ -101,44 +93,16 @@ def _pip_install(source: Path, target: Path) -> Path:
 
 
 @pytest.fixture
-def install(fixture_sites: dict[str, Path]) -> Iterator[Callable[..., plugins.PluginSystem]]:
-    """``install("ext", "broken")``: put those installed fixture plugins on sys.path and reload plugins."""
-    added: list[str] = []
-
-    def _install(*names: str) -> plugins.PluginSystem:
-        for name in names:
-            path = str(fixture_sites[name])
-            sys.path.insert(0, path)
-            added.append(path)
-        importlib.invalidate_caches()
-        return plugins.reload_plugins()
-
-    try:
-        yield _install
-    finally:
-        for path in added:
-            sys.path.remove(path)
-        for module in [m for m in sys.modules if m.startswith("tunesmith_fixture_")]:
-            del sys.modules[module]
-        importlib.invalidate_caches()
-        with pytest.MonkeyPatch.context() as mp:  # the test's own env changes are undone after this
-            for name in ("TUNESMITH_DISABLE_PLUGIN_AUTOLOAD", "TUNESMITH_DISABLED_PLUGINS"):
-                mp.delenv(name, raising=False)
-            plugins.reload_plugins()
+def install(fixture_sites: dict[str, Path], tunesmith_plugins: PluginLoader) -> Callable[..., plugins.PluginSystem]:
+    """``install("ext", "broken")``: those installed fixture plugins on sys.path, plugins reloaded
+    (until the end of the test)."""
+    return lambda *names: tunesmith_plugins(*(fixture_sites[name] for name in names))
 
 
 @pytest.fixture
-def register() -> Iterator[Callable[..., str]]:
+def register(tunesmith_register: Callable[..., str]) -> Callable[..., str]:
     """``register(obj, name=None)``: a run-time plugin, unregistered after the test."""
-    names: list[str] = []
-
-    def _register(plugin: object, name: str | None = None) -> str:
-        names.append(tunesmith.register(plugin, name))
-        return names[-1]
-
-    yield _register
-    for name in names:
-        tunesmith.unregister(name)
+    return tunesmith_register
 
 
 def rand(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -186,7 +186,7 @@ def test_a_failing_layer_is_counted_warned_and_backed_off(register):
 
     class Plugin:
         @hookimpl
-        def tunesmith_cache_backends(self, options):
+        def tunesmith_cache_layers(self, options):
             return [layer]
 
     register(Plugin(), "flaky_plugin")

@@ -2,7 +2,8 @@
 with reasons, the rendered C++ and hipcc command, the build cache (with a stand-in compiler), and
 the honest "cannot run here" report of `tunesmith plugins` and of the conformance suite.
 
-Nothing here compiles or runs a CK kernel: that needs hipcc, the CK headers and an AMD GPU.
+Nothing here compiles or runs a CK kernel: that needs hipcc, the CK headers and an AMD GPU. The
+framework under the plugin (the build cache, the choices' plumbing) is tests/test_native.py's.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import attrs
 import pytest
 import torch
 import tunesmith_ck
+from test_native import CHAIN, fake_compiler
 from tunesmith_ck import choices_for, rebuild_for
 from tunesmith_ck.arch import ARCHS
-from tunesmith_ck.build import BuildError, build, build_key, cache_root
-from tunesmith_ck.choice import CKChoice
 from tunesmith_ck.environment import Environment, find_ck_include, find_hipcc, probe
 from tunesmith_ck.gemm import Unsupported, describe
 from tunesmith_ck.instances import (
@@ -36,10 +36,11 @@ from tunesmith_ck.instances import (
     transfer,
     validate,
 )
-from tunesmith_ck.render import ENTRY, NAME_ENTRY, hipcc_command, render_source
+from tunesmith_ck.render import COMPILER, ENTRY, render_source
 
 import tunesmith
 from tunesmith.hooks import plugin_status
+from tunesmith.plugin.native import BuildError
 from tunesmith_hookspecs import ChoiceSpec, EpilogueOp, Problem, TensorMeta, from_json, to_json
 
 from conftest import rand, run_env
@@ -90,7 +91,7 @@ def fake_env(**changes) -> Environment:
 
 def test_seed_bf16_2240x2048x256_gets_valid_instances_each_padded_where_needed():
     gemm = describe(seed_bf16())
-    assert (gemm.m, gemm.n, gemm.k, gemm.a.layout, gemm.b.layout) == (2240, 2048, 256, "Row", "Row")
+    assert (gemm.m, gemm.n, gemm.k, gemm.a.layout, gemm.b.layout) == (2240, 2048, 256, "row", "row")
     valid, rejected = enumerate_instances(gemm, GFX942)
     assert len(valid) >= 20 and rejected
     for inst in valid:
@@ -120,7 +121,7 @@ def test_the_same_shape_on_gfx950_keeps_the_instances_that_need_its_larger_lds()
 
 def test_transposed_fp16_b_is_read_as_column_major_along_k():
     gemm = describe(seed_fp16_transposed_b())
-    assert (gemm.b.layout, gemm.b.ld) == ("Col", 4096)
+    assert (gemm.b.layout, gemm.b.ld) == ("col", 4096)
     valid, _ = enumerate_instances(gemm, GFX942)
     assert valid
     for inst in valid:
@@ -138,7 +139,7 @@ def test_transposed_fp16_b_is_read_as_column_major_along_k():
 def test_the_non_contiguous_50257x32768_lm_head_view():
     gemm = describe(lm_head())
     assert (gemm.m, gemm.n, gemm.k) == (2048, 50257, 32768)
-    assert (gemm.b.layout, gemm.b.ld, gemm.b.contiguous_size) == ("Col", 32832, 32768)
+    assert (gemm.b.layout, gemm.b.ld, gemm.b.contiguous_size) == ("col", 32832, 32768)
     valid, _ = enumerate_instances(gemm, GFX942)
     assert valid
     for inst in valid:
@@ -185,7 +186,7 @@ SEED_TILE = Tile(256, 224, 256, 64, 16, 7, 8)
         ({"gemm_spec": "Default"}, Tile(256, 256, 256, 32, 32, 4, 4), "gfx942", "M=2240 is not a multiple of "),
         ({"a_vector": 16}, SEED_TILE, "gfx942", "A vector width 16 x 2 bytes exceeds 16-byte loads"),
         ({"a_vector": 16}, SEED_TILE, "gfx942", "A vector width 16 does not divide AK1=8"),
-        ({"ak1": 4}, SEED_TILE, "gfx942", "AK1=4 does not suit a Row-major A (use 8)"),
+        ({"ak1": 4}, SEED_TILE, "gfx942", "AK1=4 does not suit a row-major A (use 8)"),
         ({"e_vector": 16}, SEED_TILE, "gfx942", "E vector width 16 x 2 bytes exceeds 16-byte stores"),
         ({"cshuffle_n": 1}, SEED_TILE, "gfx942", "which do not tile the shuffled tile's height 32"),
         ({"k_per_block": 128}, Tile(256, 128, 128, 64, 32, 2, 2), "gfx942", "K=256 with KPerBlock=128 gives 2"),
@@ -286,7 +287,7 @@ def test_rendered_source_carries_the_chosen_parameters():
     assert "DeviceGemmMultiD_Xdl_CShuffle_V3<" in source
     assert '#include "ck/tensor_operation/gpu/device/impl/device_gemm_multiple_d_xdl_cshuffle_v3.hpp"' in source
     assert "using ADataType  = ck::bhalf_t;" in source and "using DsDataType = ck::Tuple<>;" in source
-    assert f'extern "C" const char* {NAME_ENTRY}() {{ return "{inst.name}"; }}' in source
+    assert f'extern "C" const char* tunesmith_ck_instance() {{ return "{inst.name}"; }}' in source
     assert f'extern "C" int {ENTRY}(' in source and "/*KBatch=*/1" in source
     assert source.count("{") == source.count("}")
 
@@ -294,18 +295,12 @@ def test_rendered_source_carries_the_chosen_parameters():
 def test_rendered_epilogue_fuses_bias_and_pointwise_steps_as_d_tensors():
     a, b = meta((2240, 256), "float16"), meta((256, 2048), "float16", stride=(1, 256))
     bias, residual = meta((2048,), "float16"), meta((2240, 2048), "float32")
-    epilogue = (
-        EpilogueOp("relu"),
-        EpilogueOp("add", input=3),
-        EpilogueOp("mul", scalar=0.5),
-        EpilogueOp("gelu_tanh"),
-        EpilogueOp("cast", dtype="bfloat16"),
-    )
+    epilogue = (*CHAIN, EpilogueOp("cast", dtype="bfloat16"))
     problem = Problem(
         "addmm", (bias, a, b, residual), meta((2240, 2048), "bfloat16"), epilogue, {"alpha": 2.0, "beta": 0.5}
     )
     gemm = describe(problem)
-    assert [d.layout for d in gemm.ds] == ["Row", "Row"] and [d.ld for d in gemm.ds] == [0, 2048]
+    assert [d.layout for d in gemm.ds] == ["row", "row"] and [d.ld for d in gemm.ds] == [0, 2048]
     assert gemm.scalars == (2.0, 0.5, 0.5)
     inst = instance(gemm, Tile(256, 128, 128, 64, 32, 2, 2))
     assert validate(inst, gemm, GFX942) == [] and inst.e_vector == 8
@@ -344,7 +339,7 @@ def test_bmm_renders_the_batched_device_op_with_batch_strides():
 
 
 def test_the_hipcc_command_line():
-    command = hipcc_command("/opt/rocm/bin/hipcc", "/tmp/i.cpp", "/tmp/i.so", TARGET, "/opt/ck/include")
+    command = COMPILER.command("/opt/rocm/bin/hipcc", "/tmp/i.cpp", "/tmp/i.so", TARGET, "/opt/ck/include")
     assert command[0] == "/opt/rocm/bin/hipcc"
     assert f"--offload-arch={TARGET}" in command
     assert command[command.index("-I") + 1] == "/opt/ck/include"
@@ -375,53 +370,29 @@ def test_ck_headers_and_hipcc_are_found_where_the_docs_say(tmp_path, monkeypatch
     # TUNESMITH_CK_DIR is the ck_dir setting, as for every plugin setting
     monkeypatch.setenv("TUNESMITH_CK_DIR", str(ck))
     assert tunesmith.current_options().ck_dir == str(ck)
-    assert probe(tunesmith.current_options().ck_dir).ck_include == str(ck / "include")
+    assert probe(tunesmith.current_options().ck_dir).include == str(ck / "include")
 
 
 # --- the build cache (a stand-in compiler: hipcc itself is not here) --------------------------
 
-FAKE_HIPCC = """#!{python}
-import sys, pathlib
-args = sys.argv[1:]
-with open({log!r}, "a") as log:
-    log.write(" ".join(args) + "\\n")
-if "FAIL" in pathlib.Path(args[-1]).read_text():
-    sys.stderr.write("error: no matching constructor for DeviceOp\\n")
-    sys.exit(1)
-pathlib.Path(args[args.index("-o") + 1]).write_bytes(b"not really a library")
-"""
 
-
-def _fake_hipcc(tmp_path: Path) -> tuple[str, Path]:
-    log = tmp_path / "hipcc.log"
-    script = tmp_path / "hipcc"
-    script.write_text(FAKE_HIPCC.format(python=sys.executable, log=str(log)))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script), log
-
-
-def test_libraries_are_cached_by_source_hash(tmp_path):
-    hipcc, log = _fake_hipcc(tmp_path)
-    root = cache_root(str(tmp_path / "cache"))
+def test_libraries_are_built_by_hipcc_for_the_gpu_s_target_and_cached(tmp_path):
+    """The build cache is the plugin API's (tests/test_native.py); what is CK's own: the folder, the
+    ``.cpp`` source, and hipcc's ``--offload-arch`` of the GPU's target id in the key."""
+    hipcc, log = fake_compiler(tmp_path, "hipcc", error="no matching constructor for DeviceOp")
+    root = COMPILER.root(str(tmp_path / "cache"))
     assert root == tmp_path / "cache" / "ck"
-    first = build("// instance one", hipcc, TARGET, "/opt/ck/include", root)
-    assert first == root / f"{build_key('// instance one', hipcc, TARGET, '/opt/ck/include')}.so"
+    first = COMPILER.build("// instance one", hipcc, TARGET, "/opt/ck/include", "", root, 60)
+    assert first == root / f"{COMPILER.key('// instance one', hipcc, TARGET, '/opt/ck/include')}.so"
     assert first.read_bytes() == b"not really a library" and first.with_suffix(".cpp").read_text() == "// instance one"
+    assert len(log.read_text().splitlines()) == 1 and f"--offload-arch={TARGET}" in log.read_text()
+    assert COMPILER.build("// instance one", hipcc, TARGET, "/opt/ck/include", "", root, 60) == first  # a hit
     assert len(log.read_text().splitlines()) == 1
-    assert f"--offload-arch={TARGET}" in log.read_text()
-    assert build("// instance one", hipcc, TARGET, "/opt/ck/include", root) == first  # a hit: not compiled again
-    assert len(log.read_text().splitlines()) == 1
-    first.chmod(0o666)  # writable by others: anyone could have planted it, so it is built again
-    assert build("// instance one", hipcc, TARGET, "/opt/ck/include", root) == first
-    assert len(log.read_text().splitlines()) == 2 and not first.stat().st_mode & stat.S_IWOTH
-    other = build("// instance two", hipcc, TARGET, "/opt/ck/include", root)
-    assert other != first and len(log.read_text().splitlines()) == 3
-    assert build_key("// instance one", hipcc, "gfx90a", "/opt/ck/include") != first.stem  # another GPU
+    assert COMPILER.key("// instance one", hipcc, "gfx90a", "/opt/ck/include") != first.stem  # another GPU
     with pytest.raises(BuildError, match="no matching constructor for DeviceOp"):
-        build("// FAIL", hipcc, TARGET, "/opt/ck/include", root)
-    assert sorted(p.suffix for p in root.iterdir()) == [".cpp", ".cpp", ".so", ".so"]  # nothing half-built
+        COMPILER.build("// FAIL", hipcc, TARGET, "/opt/ck/include", "", root, 60)
     with pytest.raises(BuildError, match="hipcc could not start"):
-        build("// instance three", str(tmp_path / "missing-hipcc"), TARGET, "/opt/ck/include", root)
+        COMPILER.build("// instance three", str(tmp_path / "missing-hipcc"), TARGET, "/opt/ck/include", "", root, 60)
 
 
 # --- choices, specs and their honest failures --------------------------------------------------
@@ -429,44 +400,29 @@ def test_libraries_are_cached_by_source_hash(tmp_path):
 
 def test_on_an_amd_machine_choices_round_trip_through_their_specs(tmp_path):
     problem, env = seed_bf16(), fake_env()
-    choices = choices_for(problem, env, tmp_path, 5)
+    choices = choices_for(problem, env, tmp_path, 5, 60)
     assert len(choices) == 5
     assert len({c.spec for c in choices}) == 5
     assert len({(c.instance.m_per_block, c.instance.n_per_block, c.instance.k_per_block) for c in choices}) == 5
     for choice in choices:
         assert choice.spec.backend == "ck" and choice.spec.template == "gemm_multiple_d_xdl_cshuffle_v3"
         spec = from_json(to_json(choice.spec), ChoiceSpec)
-        rebuilt = rebuild_for(spec, problem, env, tmp_path)
+        rebuilt = rebuild_for(spec, problem, env, tmp_path, 60)
         assert rebuilt is not None and rebuilt.spec == choice.spec and rebuilt.source() == choice.source()
     # a spec of another problem that does not fit this one, or of another version, is not rebuilt
-    narrow = choices_for(lm_head(row_stride=32769), env, tmp_path, 1)[0]
-    assert rebuild_for(ChoiceSpec("ck", narrow.spec.template, narrow.spec.params), problem, env, tmp_path) is None
+    narrow = choices_for(lm_head(row_stride=32769), env, tmp_path, 1, 60)[0]
+    assert rebuild_for(ChoiceSpec("ck", narrow.spec.template, narrow.spec.params), problem, env, tmp_path, 60) is None
     stale = ChoiceSpec("ck", choices[0].spec.template, {**dict(choices[0].spec.params), "tile": 3})
-    assert rebuild_for(stale, problem, env, tmp_path) is None
+    assert rebuild_for(stale, problem, env, tmp_path, 60) is None
     batched = Problem("bmm", (meta((2, 64, 64), "float16"),) * 2, meta((2, 64, 64), "float16"))
-    assert choices_for(batched, env, tmp_path, 2)[0].spec.template == "batched_gemm_multiple_d_xdl_cshuffle_v3"
+    assert choices_for(batched, env, tmp_path, 2, 60)[0].spec.template == "batched_gemm_multiple_d_xdl_cshuffle_v3"
+    with pytest.raises(BuildError, match="hipcc could not start"):
+        choices[0].precompile()  # the stand-in environment names a hipcc that does not exist
     # nothing for problems on the CPU, in float32, or of ops the instances do not compute
     cpu = Problem("mm", (TensorMeta.contiguous((64, 64), "float16"),) * 2, TensorMeta.contiguous((64, 64), "float16"))
-    assert choices_for(cpu, env, tmp_path, 8) == []
-    assert choices_for(mm(meta((64, 64), "float32"), meta((64, 64), "float32")), env, tmp_path, 8) == []
-    assert choices_for(problem, fake_env(arch="gfx1100"), tmp_path, 8) == []  # RDNA: no XDL units
-
-
-def test_a_choice_that_cannot_run_here_says_why_when_asked_to(tmp_path):
-    problem = seed_bf16()
-    choice = choices_for(problem, fake_env(), tmp_path, 1)[0]
-    with pytest.raises(RuntimeError, match="has no built kernel in this process: precompile"):
-        choice.kernel()
-    with pytest.raises(BuildError, match="hipcc could not start"):
-        choice.precompile()  # the stand-in environment names a hipcc that does not exist
-    here = probe(None)
-    if here.runnable:
-        pytest.skip("this machine can build CK instances")
-    stranded = CKChoice(choice.spec, problem, choice.gemm, choice.instance, here, tmp_path)
-    with pytest.raises(RuntimeError, match=re.escape(f"cannot be built here: {here.reason}")):
-        stranded.precompile()
-    with pytest.raises(RuntimeError, match=re.escape(f"has no built kernel in this process: {here.reason}")):
-        stranded.kernel()
+    assert choices_for(cpu, env, tmp_path, 8, 60) == []
+    assert choices_for(mm(meta((64, 64), "float32"), meta((64, 64), "float32")), env, tmp_path, 8, 60) == []
+    assert choices_for(problem, fake_env(arch="gfx1100"), tmp_path, 8, 60) == []  # RDNA: no XDL units
 
 
 # --- "cannot run here" ------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def test_plugins_table():
 def test_tune_spreads_a_set_over_the_devices_of_the_setting_and_pins_an_indexed_device():
     import torch
 
-    from tunesmith.cli import spread_devices
+    from tunesmith.cli.tune import spread_devices
 
     assert spread_devices("cpu", ["cuda:0", "cuda:1"]) == [torch.device("cpu")]
     assert spread_devices("cuda:1", None) == [torch.device("cuda", 1)]

@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM stop ``tunesmith tune`` at once, run as a user's terminal would: the command
 in a session of its own, signalled as a process group, with real benchmark workers on the CPU
-(``benchmark="subprocess"``) and a fixture backend whose every precompile sleeps 0.3 s."""
+(``benchmark="subprocess"``) and a fixture backend whose every precompile sleeps 0.3 s; also in its
+first seconds, while it imports torch."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ STOP_WITHIN_S = 2.0
 READY_WITHIN_S = 30.0
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 DONE = re.compile(rf"^(interrupted|terminated): (\d+) of {PROBLEMS} problems tuned; their entries are saved$")
+#: the line of a command stopped before it started tuning (still loading), or after
+EARLY = re.compile(rf"^(interrupted|terminated)(?:: (\d+) of {PROBLEMS} problems tuned; their entries are saved)?$")
 
 
 @pytest.fixture
@@ -75,16 +78,24 @@ def marked(marker: str) -> list[int]:
     return found
 
 
-def wait_ready(proc: subprocess.Popen[str], marker: str, tuning: bool) -> None:
+def loading_torch(pid: int) -> bool:
+    """Whether the process has begun to load torch (one of torch's libraries is mapped)."""
+    return "/torch/" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def wait_ready(proc: subprocess.Popen[str], marker: str, tuning: bool, loading: bool = False) -> None:
     """Until the command catches SIGTERM (its handlers are set, so it is in ``main``), or, with
-    ``tuning``, until it has started a worker (it is tuning: a loaded machine takes seconds)."""
+    ``tuning``, until it has started a worker (it is tuning: a loaded machine takes seconds), or,
+    with ``loading``, until it catches SIGTERM or has begun to load torch, whichever comes first."""
     deadline = time.monotonic() + READY_WITHIN_S
     while time.monotonic() < deadline and proc.poll() is None:
         status = Path(f"/proc/{proc.pid}/status").read_text()
         caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)[1], 16)
         if set(marked(marker)) - {proc.pid} or (caught & SIGTERM_BIT and not tuning):
             return
-        time.sleep(0.02)
+        if loading and loading_torch(proc.pid):
+            return
+        time.sleep(0.005 if loading else 0.02)
     pytest.fail(f"tunesmith tune was not ready for a signal within {READY_WITHIN_S:g} s")
 
 
@@ -118,17 +129,27 @@ def kill_leftovers(marker: str) -> None:
 
 
 def interrupt_once(
-    problem_set: Path, cache: Path, site: Path, signum: int, delay: float, tuning: bool = True, **extra: str
+    problem_set: Path,
+    cache: Path,
+    site: Path,
+    signum: int,
+    delay: float,
+    tuning: bool = True,
+    from_start: bool = False,
+    **extra: str,
 ) -> tuple[int, list[str], int]:
-    """One run signalled ``delay`` s after it is ready (``tuning``: after its worker started): its
-    exit status, its stderr's lines, and how many workers (and compile helpers) it had when
-    signalled. Checks the stop time, that no process outlives it, and that every entry is whole
-    and counted."""
+    """One run signalled ``delay`` s after it is ready (``tuning``: after its worker started), or
+    with ``from_start``, ``delay`` s after it was started but not before it catches SIGTERM or
+    begins to load torch (Python's own start-up, before any tunesmith code runs, is not the
+    command's): its exit status, its stderr's lines, and how many workers (and compile helpers) it
+    had when signalled. Checks the stop time, that no process outlives it, the one line, and that
+    every entry is whole and counted."""
     marker = uuid.uuid4().hex
+    started = time.monotonic()
     proc = start(problem_set, cache, site, marker, **extra)
     try:
-        wait_ready(proc, marker, tuning)
-        time.sleep(delay)
+        wait_ready(proc, marker, tuning, loading=from_start)
+        time.sleep(max(started + delay - time.monotonic(), 0.0) if from_start else delay)
         helpers = len(set(marked(marker)) - {proc.pid})
         took, stderr = stop(proc, signum)
         left = marked(marker)
@@ -140,10 +161,11 @@ def interrupt_once(
         kill_leftovers(marker)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-2000:]
-    match = DONE.match(lines[0])
+    match = (DONE if tuning else EARLY).match(lines[0])
     assert match, lines
+    assert match[1] == ("interrupted" if signum == signal.SIGINT else "terminated"), lines
     entries = check_entries(cache)
-    assert entries >= int(match[2]), (entries, lines)
+    assert entries >= int(match[2] or 0), (entries, lines)
     return proc.returncode, lines, helpers
 
 
@@ -160,7 +182,7 @@ def test_ctrl_c_at_random_moments_exits_130_at_once_with_whole_entries_and_no_or
         site = fixture_sites["bench"]
         code, lines, helpers = interrupt_once(problem_set, cache, site, signal.SIGINT, delay, tuning)
         assert code == 130, (run, delay, lines)
-        assert lines[0].startswith("interrupted: ")
+        assert lines[0].startswith("interrupted: ") or not tuning  # still loading: no count
         assert helpers > 0 or not tuning
     marker = uuid.uuid4().hex
     proc = start(problem_set, cache, fixture_sites["bench"], marker)
@@ -180,3 +202,17 @@ def test_sigterm_exits_143_and_stops_the_worker_and_its_compile_processes(proble
     )
     assert code == 143 and lines[0].startswith("terminated: "), lines
     assert helpers >= 1
+
+
+def test_a_signal_while_the_command_loads_torch_is_one_line_and_130_or_143(problem_set, fixture_sites, tmp_path):
+    """Signalled in its first 1.5 s (importing torch, the core and the plugins, or just tuning on a
+    fast machine): one line, no traceback, the exit status of the signal, nothing left running."""
+    rng = random.Random(20261126)
+    cache = tmp_path / "cache"
+    for run in range(8):
+        signum = signal.SIGTERM if run % 3 == 2 else signal.SIGINT
+        delay = rng.uniform(0.05, 1.5)
+        code, lines, _ = interrupt_once(
+            problem_set, cache, fixture_sites["bench"], signum, delay, tuning=False, from_start=True
+        )
+        assert code == 128 + signum, (run, delay, lines)

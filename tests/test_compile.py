@@ -336,7 +336,7 @@ def test_the_recipe_round_trips():
     assert Recipe.from_json(recipe).to_json() == recipe and json.loads(recipe)["op"] == "addmm"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: run by benchmarks/compile_gpu.sh")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: run by scripts/gpu_tests.sh")
 def test_on_every_visible_gpu_the_kernels_run_where_the_tensors_are(recorder):
     for index in range(torch.cuda.device_count()):
         device = torch.device("cuda", index)

@@ -45,7 +45,7 @@ def test_aten_passes_the_whole_suite():
 
 def test_triton_passes_the_suite_in_float32_in_the_interpreter():
     """Every op in float32 (float16 runs the same templates: the whole suite, both dtypes, passes
-    in about 5 minutes on 2 cores, see benchmarks/results/conformance_triton_interpreter.txt)."""
+    in about 5 minutes on 2 cores: conformance_triton_interpreter.txt, earlier results in benchmarks/README.md)."""
     proc = conformance("--tunesmith-plugin", "triton", "-k", "float32", timeout=600, TRITON_INTERPRET="1")
     assert proc.returncode == 0, proc.stdout[-3000:]
     result = counts(proc)

@@ -2,7 +2,8 @@
 instance validation with reasons, the rendered C++ of both kernel families, specs that round-trip,
 the build cache (with a stand-in nvcc), the honest "cannot run here" report, and one sm90 and one
 sm80 instance really compiled by nvcc (compile only: no GPU here), whose C ABI is then called for
-its can_implement check, which needs no GPU.
+its can_implement check, which needs no GPU. The framework under the plugin (the build cache, the
+choices' plumbing) is tests/test_native.py's.
 """
 
 from __future__ import annotations
@@ -21,17 +22,17 @@ import attrs
 import pytest
 import torch
 import tunesmith_cutlass
+from test_native import CHAIN, fake_compiler
 from tunesmith_cutlass import choices_for, rebuild_for
 from tunesmith_cutlass.arch import SM80, SM90, Arch
-from tunesmith_cutlass.build import BuildError, build, build_key, cache_root
-from tunesmith_cutlass.choice import CutlassChoice
 from tunesmith_cutlass.environment import Environment, find_include, find_nvcc, probe
 from tunesmith_cutlass.gemm import Unsupported, describe
 from tunesmith_cutlass.instances import Instance, enumerate_instances, sm90_stages, validate
-from tunesmith_cutlass.render import CAN_IMPLEMENT, NAME_ENTRY, render_source
+from tunesmith_cutlass.render import CAN_IMPLEMENT, COMPILER, render_source
 
 import tunesmith
 from tunesmith.hooks import plugin_status
+from tunesmith.plugin.native import BuildError, name_entry
 from tunesmith_hookspecs import ChoiceSpec, EpilogueOp, Problem, TensorMeta, from_json, to_json
 
 from conftest import rand, run_env
@@ -245,14 +246,7 @@ def test_enumeration_per_gpu_and_alignment():
 def chain_problem(op: str = "addmm") -> Problem:
     a, b = meta((256, 384), "bfloat16"), meta((384, 512), "bfloat16", (1, 384))
     bias, residual = meta((512,), "bfloat16"), meta((256, 512), "bfloat16")
-    epilogue = (
-        EpilogueOp("relu"),
-        EpilogueOp("add", input=3),
-        EpilogueOp("mul", scalar=0.5),
-        EpilogueOp("gelu_tanh"),
-        EpilogueOp("silu"),
-        EpilogueOp("cast", dtype="float16"),
-    )
+    epilogue = (*CHAIN, EpilogueOp("silu"), EpilogueOp("cast", dtype="float16"))
     return Problem(op, (bias, a, b, residual), meta((256, 512), "float16"), epilogue, {"alpha": 2.0, "beta": 0.5})
 
 
@@ -278,7 +272,7 @@ def test_sm90_source_uses_the_builders_and_the_visitor_tree():
         "cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,",  # C
         "using ElementD = cutlass::half_t;",
         "StageCountAutoCarveout",
-        f'extern "C" const char* {NAME_ENTRY}() {{ return "{inst.name}"; }}',
+        f'extern "C" const char* tunesmith_cutlass_instance() {{ return "{inst.name}"; }}',
         f'extern "C" int {CAN_IMPLEMENT}(',
     ):
         assert expected in source, expected
@@ -348,6 +342,8 @@ def test_choices_round_trip_through_their_specs(tmp_path):
     wrong = ChoiceSpec("cutlass", "gemm_sm80_multistage", sm90.spec.params)
     assert rebuild_for(wrong, problem, env, tmp_path, 60) is None
     assert len(choices_for(problem, env, tmp_path, 2, 60)) == 2  # cutlass_max_instances
+    with pytest.raises(BuildError, match="nvcc could not start"):  # built with the gencode of its family
+        choices[0].precompile()  # the stand-in environment names an nvcc that does not exist
     cpu = Problem("mm", (TensorMeta.contiguous((64, 64), "float16"),) * 2, TensorMeta.contiguous((64, 64), "float16"))
     assert choices_for(cpu, env, tmp_path, 8, 60) == []
 
@@ -362,118 +358,26 @@ def test_ranking_prefers_tiles_that_fill_the_gpu():
     assert best[0].tile_m == 64  # 16 rows: the smallest tile M wastes least
 
 
-FAKE_NVCC = """#!{python}
-import sys, pathlib
-args = sys.argv[1:]
-if args == ["--version"]:
-    print("nvcc: stand-in, release {version}")
-    sys.exit(0)
-with open({log!r}, "a") as log:
-    log.write(" ".join(args) + "\\n")
-if "FAIL" in pathlib.Path(args[-1]).read_text():
-    sys.stderr.write("error: no instance of CollectiveBuilder matches\\n")
-    sys.exit(2)
-pathlib.Path(args[args.index("-o") + 1]).write_bytes(b"not really a library")
-"""
-
-
-def _fake_nvcc(tmp_path: Path, version: str = "12.8") -> tuple[str, Path]:
-    log = tmp_path / "nvcc.log"
-    script = tmp_path / "nvcc"
-    script.write_text(FAKE_NVCC.format(python=sys.executable, log=str(log), version=version))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script), log
-
-
-def test_libraries_are_cached_by_source_compiler_and_flags(tmp_path):
-    nvcc, log = _fake_nvcc(tmp_path)
-    root = cache_root(str(tmp_path / "cache"))
+def test_libraries_are_built_by_nvcc_with_the_gencode_and_cached_by_the_headers_version(tmp_path):
+    """The build cache is the plugin API's (tests/test_native.py); what is CUTLASS's own: the folder,
+    nvcc's flags and ``-gencode`` per family, and the CUTLASS headers' version in the key."""
+    nvcc, log = fake_compiler(tmp_path, "nvcc", "12.8", "no instance of CollectiveBuilder matches")
+    root = COMPILER.root(str(tmp_path / "cache"))
     assert root == tmp_path / "cache" / "cutlass"
     gencode = SM90.gencode("sm90")
-    first = build("// one", nvcc, gencode, "/inc", "v1", root, 60)
-    assert first == root / f"{build_key('// one', nvcc, gencode, '/inc', 'v1')}.so"
+    first = COMPILER.build("// one", nvcc, gencode, "/inc", "v1", root, 60)
+    assert first == root / f"{COMPILER.key('// one', nvcc, gencode, '/inc', 'v1')}.so"
     assert first.with_suffix(".cu").read_text() == "// one"
     calls = log.read_text().splitlines()
     assert len(calls) == 1 and "-gencode=arch=compute_90a,code=sm_90a" in calls[0]
     assert {"-O3", "-std=c++17", "--expt-relaxed-constexpr", "-shared", "-fPIC"} <= set(calls[0].split())
-    assert build("// one", nvcc, gencode, "/inc", "v1", root, 60) == first  # a hit: not compiled again
+    assert COMPILER.build("// one", nvcc, gencode, "/inc", "v1", root, 60) == first  # a hit: not compiled again
     assert len(log.read_text().splitlines()) == 1
-    first.chmod(0o666)  # writable by others: anyone could have planted it, so it is built again
-    assert build("// one", nvcc, gencode, "/inc", "v1", root, 60) == first
-    assert len(log.read_text().splitlines()) == 2 and not first.stat().st_mode & stat.S_IWOTH
-    other = build("// other", nvcc, gencode, "/inc", "v1", root, 60)
-    first.unlink()
-    first.symlink_to(other)  # a link to a library of another key is not that key's library
-    assert build("// one", nvcc, gencode, "/inc", "v1", root, 60) == first
-    assert len(log.read_text().splitlines()) == 4 and not first.is_symlink()
-    assert build_key("// one", nvcc, SM80.gencode("sm80"), "/inc", "v1") != first.stem  # other flags
-    assert build_key("// one", nvcc, gencode, "/inc", "v2") != first.stem  # other headers
-    (tmp_path / "newer").mkdir()
-    newer, _ = _fake_nvcc(tmp_path / "newer", "13.0")
-    assert build_key("// one", newer, gencode, "/inc", "v1") != first.stem  # another nvcc version
+    assert SM80.gencode("sm80") == "arch=compute_80,code=sm_80" and SM86.gencode("sm80").endswith("code=sm_86")
+    assert COMPILER.key("// one", nvcc, SM80.gencode("sm80"), "/inc", "v1") != first.stem  # another family
+    assert COMPILER.key("// one", nvcc, gencode, "/inc", "v2") != first.stem  # other headers
     with pytest.raises(BuildError, match="no instance of CollectiveBuilder matches"):
-        build("// FAIL", nvcc, gencode, "/inc", "v1", root, 60)
-    compiles = len(log.read_text().splitlines())
-    with pytest.raises(BuildError, match=r"(?s)no instance of CollectiveBuilder.*not compiled again"):
-        build("// FAIL", nvcc, gencode, "/inc", "v1", root, 60)  # a failure repeats: nvcc is not run again
-    assert len(log.read_text().splitlines()) == compiles
-    assert sorted(p.suffix for p in root.iterdir()) == [".cu", ".cu", ".so", ".so"]  # nothing half-built
-    with pytest.raises(BuildError, match="nvcc could not start"):
-        build("// two", str(tmp_path / "missing-nvcc"), gencode, "/inc", "v1", root, 60)
-
-
-def test_a_compile_past_the_timeout_is_killed(tmp_path):
-    slow = tmp_path / "nvcc"
-    slow.write_text(f"#!{sys.executable}\nimport sys, time\nif sys.argv[1:] != ['--version']:\n    time.sleep(30)\n")
-    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
-    start = time.monotonic()
-    with pytest.raises(BuildError, match=r"nvcc ran past 0.5 s building"):
-        build("// slow", str(slow), SM90.gencode("sm90"), "/inc", "v1", tmp_path / "cutlass", 0.5)
-    assert time.monotonic() - start < 10
-
-
-def test_waiting_for_another_process_s_build_of_the_key_ends_at_the_timeout(tmp_path):
-    nvcc, log = _fake_nvcc(tmp_path)
-    root, gencode = tmp_path / "cutlass", SM90.gencode("sm90")
-    key = build_key("// held", nvcc, gencode, "/inc", "v1")
-    locks = tmp_path / ".cutlass-locks"
-    locks.mkdir()
-    holder = subprocess.Popen(  # another process holds the key's lock and never lets go
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-            str(locks / f"{key}.lock"),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        start = time.monotonic()
-        with pytest.raises(BuildError, match=r"another process's build of .* held it for 1 s"):
-            build("// held", nvcc, gencode, "/inc", "v1", root, 1.0)
-        assert 0.9 < time.monotonic() - start < 10 and not log.exists()  # waited, compiled nothing
-    finally:
-        holder.kill()
-        holder.wait()
-    assert build("// held", nvcc, gencode, "/inc", "v1", root, 1.0).is_file()  # the lock is free again
-
-
-def test_a_choice_that_cannot_run_here_says_why_when_asked_to(tmp_path):
-    problem = mm(256, 512, 384)
-    choice = choices_for(problem, fake_env(), tmp_path, 1, 60)[0]
-    with pytest.raises(RuntimeError, match="has no built kernel in this process: precompile"):
-        choice.kernel()
-    with pytest.raises(BuildError, match="nvcc could not start"):
-        choice.precompile()  # the stand-in environment names an nvcc that does not exist
-    here = probe(None)
-    if here.runnable:
-        pytest.skip("this machine can run the cutlass plugin")
-    stranded = CutlassChoice(choice.spec, problem, choice.gemm, choice.instance, here, tmp_path, 60)
-    with pytest.raises(RuntimeError, match=re.escape(f"cannot be built here: {here.reason}")):
-        stranded.precompile()
+        COMPILER.build("// FAIL", nvcc, gencode, "/inc", "v1", root, 60)
 
 
 # --- "cannot run here" ---------------------------------------------------------------------------
@@ -568,12 +472,13 @@ def compiled(tmp_path_factory) -> dict[str, tuple[Path | Exception, float]]:
     if nvcc is None or include is None:
         pytest.skip(f"no nvcc or CUTLASS headers here: {why or 'nvcc not found'}")
     kind = describe(mm(256, 512, 384), tf32=False).kind
-    root = cache_root(str(tmp_path_factory.mktemp("nvcc")))
+    root = COMPILER.root(str(tmp_path_factory.mktemp("nvcc")))
 
     def one(inst: Instance) -> tuple[Path | Exception, float]:
         start = time.monotonic()
         try:
-            path = build(render_source(inst, kind), nvcc, SM90.gencode(inst.family), include, version, root, 600)
+            source, gencode = render_source(inst, kind), SM90.gencode(inst.family)
+            path = COMPILER.build(source, nvcc, gencode, include, version, root, 600)
         except BuildError as exc:
             return exc, time.monotonic() - start
         return path, time.monotonic() - start
@@ -589,7 +494,7 @@ def test_nvcc_builds_the_instance_and_its_c_abi_answers(compiled, family, inst):
     path, _ = compiled[family]
     assert isinstance(path, Path), path
     library = ctypes.CDLL(str(path))  # links no CUDA library dynamically: loads without a GPU
-    name = getattr(library, NAME_ENTRY)
+    name = getattr(library, name_entry("cutlass"))
     name.restype = ctypes.c_char_p
     assert name().decode() == inst.name
     can_implement = getattr(library, CAN_IMPLEMENT)

@@ -1,4 +1,5 @@
-"""The docs keep up with the contract: every hook with its signature, every setting, the README's commands."""
+"""The docs keep up with the code: the hook reference is the generator's output, every setting is in the
+options reference with its default, and the README starts with the commands CI runs."""
 
 from __future__ import annotations
 
@@ -9,18 +10,54 @@ import attrs
 import pytest
 
 from tunesmith.config import CORE_FIELDS
-from tunesmith_hookspecs import hookspecs
+from tunesmith_hookspecs import hookspecs, reference
 
 from conftest import REPO
 
 HOOKS = sorted(n for n in dir(hookspecs) if n.startswith("tunesmith_"))
 
 
+def test_the_hook_reference_is_the_generators_output():
+    committed = (REPO / "docs" / "hooks.md").read_text()
+    assert committed == reference.render(), (
+        f"docs/hooks.md differs from the hookspecs' docstrings: regenerate it with `{reference.COMMAND}`"
+    )
+
+
 @pytest.mark.parametrize("name", HOOKS)
-def test_every_hook_is_in_the_reference_with_its_signature(name):
-    params = ", ".join(inspect.signature(getattr(hookspecs, name)).parameters)
-    text = (REPO / "docs" / "hooks.md").read_text()
+def test_the_generated_reference_has_every_hook_with_its_signature_and_docstring(name):
+    hook = getattr(hookspecs, name)
+    params = ", ".join(inspect.signature(hook).parameters)
+    text = reference.render()
     assert f"## `{name}({params})`" in text.splitlines()
+    summary = inspect.cleandoc(hook.__doc__).splitlines()[0].replace("``", "`")
+    summary = re.sub(r":[a-z]+:`~?(?:[\w.]+\.)?(\w+)`", r"`\1`", summary)  # :func:`~a.b.name` -> `name`
+    assert summary in text
+
+
+def test_the_reference_turns_the_docstring_markup_into_markdown():
+    doc = """Do a thing with :class:`~pkg.mod.Thing` and ``code``.
+
+    :param x: first line
+        continued.
+    :returns: nothing.
+
+    Example::
+
+        call(x)
+    """
+    assert reference.markdown(doc).splitlines() == [
+        "Do a thing with `Thing` and `code`.",
+        "",
+        "- **`x`**: first line continued.",
+        "- **Returns**: nothing.",
+        "",
+        "Example:",
+        "",
+        "```python",
+        "call(x)",
+        "```",
+    ]
 
 
 @pytest.mark.parametrize("field", [f.name for f in CORE_FIELDS])

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import pluggy
 import pytest
 
 import tunesmith_hookspecs as hs
@@ -137,7 +138,7 @@ def test_every_hook_is_prefixed_and_documented():
     from tunesmith_hookspecs import hookspecs
 
     names = {n for n in dir(hookspecs) if n.startswith("tunesmith_")}
-    design = {  # DESIGN.md's table, plus tunesmith_plugin_status (docs/decisions.md)
+    design = {  # DESIGN.md's table, plus tunesmith_plugin_status and the rename below (docs/decisions.md)
         "tunesmith_add_options",
         "tunesmith_lowerings",
         "tunesmith_choices",
@@ -145,7 +146,7 @@ def test_every_hook_is_prefixed_and_documented():
         "tunesmith_estimate_runtime",
         "tunesmith_device_info",
         "tunesmith_benchmarker",
-        "tunesmith_cache_backends",
+        "tunesmith_cache_layers",
         "tunesmith_pre_grad_passes",
         "tunesmith_joint_graph_passes",
         "tunesmith_post_grad_passes",
@@ -153,7 +154,13 @@ def test_every_hook_is_prefixed_and_documented():
         "tunesmith_selection_done",
         "tunesmith_plugin_status",
     }
-    assert names == design
+    deprecated = {"tunesmith_cache_backends": "tunesmith_cache_layers"}  # former name: new name
+    assert names == design | set(deprecated)
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    for old, new in deprecated.items():
+        warning = getattr(pm.hook, old).spec.warn_on_impl
+        assert isinstance(warning, DeprecationWarning) and new in str(warning), old
     for name in names:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert "Example::" in doc and len(doc) > 200, name

@@ -4,8 +4,13 @@ attribute of the same name (``import tunesmith.x as m`` must give the module).""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
+import subprocess
+import sys
 import types
+
+import pytest
 
 import tunesmith
 
@@ -24,3 +29,33 @@ def test_the_public_functions_users_call_keep_their_names():
     assert callable(tunesmith.tune) and callable(tunesmith.options)
     assert tunesmith.tune.__module__ == "tunesmith.direct"
     assert tunesmith.options.__module__ == "tunesmith.settings"
+
+
+def test_import_tunesmith_is_light_and_every_public_name_loads_on_use():
+    """``import tunesmith`` imports no torch (the command line handles Ctrl-C before it does);
+    each name of ``__all__`` loads on first use, and a submodule is reachable as an attribute."""
+    script = """if True:
+        import json, sys
+        import tunesmith
+        light = "torch" not in sys.modules and sorted(m for m in sys.modules if m.startswith("tunesmith"))
+        listed = set(tunesmith.__all__) <= set(dir(tunesmith))
+        exec("from tunesmith import " + ", ".join(tunesmith.__all__))
+        print(json.dumps({"light": light, "listed": listed, "hooks": type(tunesmith.hooks).__name__,
+                          "counters": type(tunesmith.counters).__name__, "tune": tunesmith.tune.__module__}))
+    """
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {
+        "light": ["tunesmith"],
+        "listed": True,
+        "hooks": "module",
+        "counters": "Counter",
+        "tune": "tunesmith.direct",
+    }
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        tunesmith.no_such_name  # noqa: B018
+    assert not hasattr(tunesmith, "__no_such_dunder__")

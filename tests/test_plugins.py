@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tunesmith
-from tunesmith.hooks import plugin_status
+from tunesmith.hooks import PluginConflictError, plugin_status
 from tunesmith_hookspecs import ChoiceSpec, PluginStatus, hookimpl
 
 from conftest import rand, run_env
@@ -112,7 +112,7 @@ class BadOutput:
         return [3]
 
     @hookimpl
-    def tunesmith_cache_backends(self, options):
+    def tunesmith_cache_layers(self, options):
         return ["not a layer"]
 
 
@@ -122,9 +122,77 @@ def test_invalid_hook_output_is_one_error_naming_the_plugin_and_only_its_results
         sel = tunesmith.tune("mm", A, B)
     assert sel.spec.backend == "aten"
     assert "plugin 'bad_output': tunesmith_choices item 0 is 3, not a choice" in caplog.text
-    assert "plugin 'bad_output': tunesmith_cache_backends item 0 is 'not a layer'" in caplog.text
+    assert "plugin 'bad_output': tunesmith_cache_layers item 0 is 'not a layer'" in caplog.text
     with pytest.raises(tunesmith.NoValidChoicesError, match="bad_output: plugin 'bad_output'"):
         tunesmith.tune("mm", A, B, options={"backends": ["bad_output"]})
+
+
+class DictLayer:
+    """A cache layer in a dict."""
+
+    def __init__(self, name):
+        self.name = name
+        self.store = {}
+
+    def get(self, key):
+        return self.store.get(key)
+
+    def put(self, key, value):
+        self.store[key] = value
+
+
+def layers_plugin(*layers):
+    """A run-time plugin offering ``layers``."""
+
+    class Plugin:
+        @hookimpl
+        def tunesmith_cache_layers(self, options):
+            return list(layers)
+
+    return Plugin()
+
+
+def test_a_cache_layer_name_offered_twice_is_an_error_naming_both_distributions(install, register):
+    install("ext")  # tunesmith-fixture-ext offers the layer "fixture_dict"
+    register(layers_plugin(DictLayer("fixture_dict")), "twin")
+    with pytest.raises(PluginConflictError) as info:
+        tunesmith.tune("mm", A, B)
+    message = str(info.value)
+    assert message.startswith("cache layer 'fixture_dict' is offered by plugin")
+    assert "'fixture_ext' (tunesmith-fixture-ext 0.0.1)" in message
+    assert "'twin' (registered at run time)" in message and "disabled_plugins" in message
+    # the way out that the message names
+    assert tunesmith.tune("mm", A, B, options={"disabled_plugins": ["twin"]}).report.source == "tuned"
+
+
+def test_a_plugin_layer_named_local_clashes_with_the_core(register):
+    register(layers_plugin(DictLayer("local")), "shadow")
+    with pytest.raises(PluginConflictError, match="cache layer 'local'") as info:
+        tunesmith.tune("mm", A, B)
+    assert "'core' (tunesmith " in str(info.value) and "'shadow' (registered at run time)" in str(info.value)
+
+
+def test_one_plugin_offering_two_layers_of_one_name_loses_only_its_layers(register, caplog):
+    twice = DictLayer("twice")
+    register(layers_plugin(twice, DictLayer("twice")), "doubler")
+    with caplog.at_level(logging.ERROR):
+        assert tunesmith.tune("mm", A, B).report.source == "tuned"
+    assert "plugin 'doubler': tunesmith_cache_layers offers two layers named 'twice'" in caplog.text
+    assert twice.store == {}
+
+
+def test_the_former_cache_hook_name_still_offers_layers_and_warns(register):
+    layer = DictLayer("old_style")
+
+    class OldStyle:
+        @hookimpl
+        def tunesmith_cache_backends(self, options):
+            return [layer]
+
+    with pytest.warns(DeprecationWarning, match="rename the implementation to tunesmith_cache_layers"):
+        register(OldStyle(), "old_style")
+    tunesmith.tune("mm", A, B)
+    assert len(layer.store) == 1  # the entry went to the layer offered under the old name
 
 
 class Impostor:
@@ -230,7 +298,7 @@ class Misbehaving:
     name = "misbehaving"
 
     @hookimpl
-    def tunesmith_cache_backends(self, options):
+    def tunesmith_cache_layers(self, options):
         raise ConnectionRefusedError("cannot reach the cache server")
 
     @hookimpl

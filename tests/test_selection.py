@@ -181,7 +181,7 @@ def test_the_kernel_of_a_selection_runs_on_new_tensors_of_the_same_layout():
 
 def test_tune_does_not_pull_in_heavy_modules():
     """A first tune() in a process must not import torch's symbolic-shape machinery (sympy):
-    on a cold machine that alone took 2.4 s (benchmarks/results/README.md)."""
+    on a cold machine that alone took 2.4 s (earlier results in benchmarks/README.md)."""
     code = (
         "import sys, torch, tunesmith\n"
         "before = set(sys.modules)\n"

@@ -115,7 +115,7 @@ def _spec(text: str) -> tuple[str, dict]:
 
 @pytest.mark.parametrize(
     "run",
-    ["cost_model_h100_first_half_window10.json", "cost_model_h100_second_half.json", "cost_model_h100_all16.json"],
+    ["cost_model_h100.json"],
 )
 def test_the_h100s_best_kernel_survives_pruning_on_every_case_of_the_gemm_set(run):
     """Against every choice's measured time on the H100 (an exhaustive run of benchmarks/results):

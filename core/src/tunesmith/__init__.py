@@ -3,32 +3,55 @@
 import tunesmith
 sel = tunesmith.tune("addmm", bias, a, b, epilogue=["relu"])
 out = sel.kernel(bias, a, b)
+
+``import tunesmith`` itself imports nothing heavy (no torch): each public name is loaded on first
+use (PEP 562), so that the command line can handle Ctrl-C before torch is imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunesmith import hooks
-from tunesmith.cache.stack import reset_backoff
-from tunesmith.counting import counters
-from tunesmith.errors import (
-    CaptureError,
-    NoValidChoicesError,
-    OptionError,
-    ProblemError,
-    TunesmithError,
-    TunesmithWarning,
-)
-from tunesmith.config import Options
-from tunesmith.plugins import get_system
-from tunesmith.selection import Selection, clear_memory
-from tunesmith.settings import current_options, options
-from tunesmith.direct import tune
-from tunesmith_hookspecs import SPEC_VERSION, hookimpl
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
+    from tunesmith.config import Options
+    from tunesmith.cost.graph import Estimate, estimate
+    from tunesmith.counting import counters
+    from tunesmith.direct import tune
+    from tunesmith.errors import (
+        CaptureError,
+        NoValidChoicesError,
+        OptionError,
+        ProblemError,
+        TunesmithError,
+        TunesmithWarning,
+    )
+    from tunesmith.selection import Selection
+    from tunesmith.settings import current_options, options
+    from tunesmith_hookspecs import SPEC_VERSION, hookimpl
 
 __version__ = "0.1.0"
+
+#: each lazily loaded public name -> the module that defines it
+_LAZY = {
+    "CaptureError": "tunesmith.errors",
+    "NoValidChoicesError": "tunesmith.errors",
+    "OptionError": "tunesmith.errors",
+    "ProblemError": "tunesmith.errors",
+    "TunesmithError": "tunesmith.errors",
+    "TunesmithWarning": "tunesmith.errors",
+    "Options": "tunesmith.config",
+    "counters": "tunesmith.counting",
+    "current_options": "tunesmith.settings",
+    "options": "tunesmith.settings",
+    "tune": "tunesmith.direct",
+    "Selection": "tunesmith.selection",
+    "SPEC_VERSION": "tunesmith_hookspecs",
+    "hookimpl": "tunesmith_hookspecs",
+    "estimate": "tunesmith.cost.graph",  # the tracing machinery (torch.fx, sympy): about a second
+    "Estimate": "tunesmith.cost.graph",
+}
 
 
 def register(plugin: Any, name: str | None = None) -> str:
@@ -37,11 +60,16 @@ def register(plugin: Any, name: str | None = None) -> str:
     The name defaults to the object's ``name`` attribute, else its ``__name__``, else its type's
     name. A backend's ChoiceSpecs must carry that name as their ``backend``.
     """
+    from tunesmith.plugins import get_system
+
     return get_system().register(plugin, name)
 
 
 def unregister(plugin: Any) -> None:
     """Remove a plugin added with :func:`register` (by object or name)."""
+    from tunesmith import hooks
+    from tunesmith.plugins import get_system
+
     get_system().unregister(plugin)
     hooks._status_cache.clear()
 
@@ -52,6 +80,11 @@ def reset() -> None:
 
     Settings, active ``options()`` blocks and registered plugins stay.
     """
+    from tunesmith import hooks
+    from tunesmith.cache.stack import reset_backoff
+    from tunesmith.counting import counters
+    from tunesmith.selection import clear_memory
+
     dispatch = sys.modules.get("tunesmith.compile.dispatch")  # imported only once something compiles
     if dispatch is not None:
         dispatch.clear()
@@ -62,13 +95,24 @@ def reset() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """``estimate`` and ``Estimate`` load the tracing machinery (torch.fx, sympy: about a second)
-    on first use, not with every ``import tunesmith`` (benchmark workers, CLI calls)."""
-    if name in ("estimate", "Estimate"):
-        from tunesmith.cost import graph
+    """A public name, loaded from its module on first use (then kept here); else a submodule, as
+    ``tunesmith.hooks`` was reachable after a plain ``import tunesmith`` when it imported it."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__"):
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # the submodule exists but lacks something
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-        return getattr(graph, name)
-    raise AttributeError(f"module 'tunesmith' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    """The loaded names and the lazy ones (``dir(tunesmith)`` lists every public name)."""
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

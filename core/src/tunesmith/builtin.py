@@ -1,5 +1,7 @@
-"""The core's own plugin (registered as ``core``): the local disk layer, the default benchmarker,
-the ``eager`` graph compiler, and the cost model's device profiles and roofline estimates.
+"""The core's own plugin (registered as ``core``): the local disk layer (and, in a job with an
+initialised ``torch.distributed`` process group, a layer in the job's store), the default
+benchmarker, the ``eager`` graph compiler, and the cost model's device profiles and roofline
+estimates.
 
 They go through the same hooks as any plugin's, so a plugin can replace the benchmarker, and the
 ``caches`` setting orders ``local`` among the other layers.
@@ -11,16 +13,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tunesmith.bench import DefaultBenchmarker
+from tunesmith.cache.dist_store import DistributedStoreLayer, default_store
 from tunesmith.cache.local import LocalDiskCache
-from tunesmith.cost.profiles import builtin_profile
 from tunesmith.config import Options
+from tunesmith.cost.profiles import builtin_profile
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import Benchmarker, CacheLayer, DeviceInfo, hookimpl
 
 
 @hookimpl
-def tunesmith_cache_backends(options: Options) -> Sequence[CacheLayer]:
-    return [LocalDiskCache(options.cache_dir)]
+def tunesmith_cache_layers(options: Options) -> Sequence[CacheLayer]:
+    store = default_store()
+    return [LocalDiskCache(options.cache_dir), *([DistributedStoreLayer(store)] if store is not None else [])]
 
 
 @hookimpl(trylast=True)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pluggy
 
-from tunesmith.errors import TunesmithError
 from tunesmith.config import Options, overriding, to_payload
+from tunesmith.errors import TunesmithError
 from tunesmith.plugins import PluginSystem, call_impl, describe_error, get_system
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import (
@@ -34,9 +34,16 @@ BASELINE_BACKEND = "aten"
 _status_cache: dict[str, PluginStatus] = {}
 _warned_layers: set[str] = set()
 
+#: the hook that offers cache layers, then its deprecated former name (still called the same way)
+CACHE_LAYER_HOOKS = ("tunesmith_cache_layers", "tunesmith_cache_backends")
+
 
 class PluginOutputError(TunesmithError, TypeError):
     """A hook returned something of the wrong kind; the message names the plugin."""
+
+
+class PluginConflictError(TunesmithError, ValueError):
+    """Two plugins claim one name; the message names both and where each comes from."""
 
 
 def _impls(system: PluginSystem, hook: str, options: Options) -> Iterator[pluggy.HookImpl]:
@@ -203,40 +210,57 @@ def _rebuilt(rebuilders: Sequence[pluggy.HookImpl], spec: ChoiceSpec, problem: P
     return None
 
 
-def validate_layers(plugin: str, result: Any) -> list[CacheLayer]:
-    items = _sequence(plugin, "tunesmith_cache_backends", result)
+def validate_layers(plugin: str, result: Any, hook: str = "tunesmith_cache_layers") -> list[CacheLayer]:
+    """The cache layers of one plugin, or PluginOutputError naming it and the bad item."""
+    items = _sequence(plugin, hook, result)
+    names: set[str] = set()
     for i, item in enumerate(items):
         if not isinstance(item, CacheLayer) or not isinstance(getattr(item, "name", None), str):
             raise PluginOutputError(
-                f"plugin {plugin!r}: tunesmith_cache_backends item {i} is {item!r}, not a cache layer "
+                f"plugin {plugin!r}: {hook} item {i} is {item!r}, not a cache layer "
                 "(needs name: str, get(key) and put(key, value))"
             )
+        if item.name in names:
+            raise PluginOutputError(f"plugin {plugin!r}: {hook} offers two layers named {item.name!r}")
+        names.add(item.name)
     return items
 
 
+def _origin(system: PluginSystem, plugin: str) -> str:
+    """Where a plugin comes from, for an error: its distribution and version, else how it was added."""
+    record = system.records.get(plugin)
+    if record is None:
+        return "unknown origin"
+    if record.dist:
+        return f"{record.dist} {record.version or '(no version)'}"
+    return "registered at run time" if record.source == "register" else record.source
+
+
 def cache_layers(options: Options) -> list[CacheLayer]:
-    """The persistent cache layers in ``caches`` order (default: ``local``, then plugins' by name)."""
+    """The persistent cache layers in ``caches`` order (default: ``local``, then plugins' by name).
+
+    A layer name offered by two plugins raises :class:`PluginConflictError` naming both."""
     system = get_system()
     offered: dict[str, tuple[str, CacheLayer]] = {}
-    for impl in _impls(system, "tunesmith_cache_backends", options):
-        try:
-            layers = validate_layers(impl.plugin_name, call_impl(impl, options=options))
-        except PluginOutputError as exc:
-            log.error("%s", exc)
-            continue
-        except Exception:
-            log.exception("tunesmith_cache_backends of plugin %r raised; its layers are left out", impl.plugin_name)
-            continue
-        for layer in layers:
-            if layer.name in offered:
-                log.error(
-                    "cache layer %r is offered by plugins %r and %r; keeping the first",
-                    layer.name,
-                    offered[layer.name][0],
-                    impl.plugin_name,
-                )
+    for hook in CACHE_LAYER_HOOKS:
+        for impl in _impls(system, hook, options):
+            try:
+                layers = validate_layers(impl.plugin_name, call_impl(impl, options=options), hook)
+            except PluginOutputError as exc:
+                log.error("%s", exc)
                 continue
-            offered[layer.name] = (impl.plugin_name, layer)
+            except Exception:
+                log.exception("%s of plugin %r raised; its layers are left out", hook, impl.plugin_name)
+                continue
+            for layer in layers:
+                if layer.name in offered:
+                    first = offered[layer.name][0]
+                    raise PluginConflictError(
+                        f"cache layer {layer.name!r} is offered by plugin {first!r} ({_origin(system, first)}) "
+                        f"and by plugin {impl.plugin_name!r} ({_origin(system, impl.plugin_name)}); "
+                        "leave one of them out with the disabled_plugins setting"
+                    )
+                offered[layer.name] = (impl.plugin_name, layer)
     if options.caches is None:
         names = sorted(offered, key=lambda n: (n != "local", n))
     else:

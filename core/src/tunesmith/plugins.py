@@ -21,8 +21,8 @@ import attrs
 import pluggy
 
 import tunesmith_hookspecs
-from tunesmith.errors import OptionError
 from tunesmith.config import OptionDef, OptionRegistry, core_option_defs, env_layer, file_layers, parse_value
+from tunesmith.errors import OptionError
 from tunesmith_hookspecs import hookspecs
 
 log = logging.getLogger(__name__)

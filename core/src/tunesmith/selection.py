@@ -20,15 +20,16 @@ import torch
 
 from tunesmith import hooks
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
-from tunesmith.cache.flight import SingleFlight
+from tunesmith.cache.flight import HeldElsewhere, SingleFlight
 from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
 from tunesmith.capture import capturing
+from tunesmith.config import Options
 from tunesmith.cost.prune import prune
 from tunesmith.counting import bump
 from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
+from tunesmith.fleet import deferring, defers, patience
 from tunesmith.ops import reference, relative_error, tolerance
-from tunesmith.config import Options
 from tunesmith.plugins import get_system
 from tunesmith.problem import check_fits
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
@@ -74,11 +75,14 @@ class Selection:
 
 _memory: dict[str, Selection] = {}
 _memory_lock = threading.Lock()
+#: keys this process found held by another process (``defer``) and has not selected since
+_deferred: set[str] = set()
 
 
 def clear_memory() -> None:
     with _memory_lock:
         _memory.clear()
+    _deferred.clear()
 
 
 def describe(problem: Problem) -> str:
@@ -103,7 +107,8 @@ def _make(problem: Problem, key: str, entry: SelectionEntry, kernel: Callable[..
 def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -> Selection:
     """The selection for ``problem``, from the first cache layer that has it, else freshly tuned.
     Raises :class:`CaptureError` during a CUDA graph's capture (a compiled graph selects its
-    kernels when compiling or in the warm-up run before capture)."""
+    kernels when compiling or in the warm-up run before capture). Within ``fleet.deferring()``,
+    raises :class:`HeldElsewhere` where another process is tuning it, instead of waiting."""
     if capturing():
         raise CaptureError(f"cannot select a kernel for {describe(problem)} while a CUDA graph is captured")
     device = inputs[0].device
@@ -120,19 +125,35 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
     def parse(payload: Any) -> SelectionEntry:
         return structure(payload, SelectionEntry)
 
-    selection = _cached(problem, inputs, key, stack.get(key, parse), options)
+    first = stack.get(key, parse)
+    selection = _cached(problem, inputs, key, first, options)
+    if selection is not None and key in _deferred:
+        bump("autotune_taken")  # another process tuned it while this one held off
     if selection is None:
-        with SingleFlight(stack, key, parse, options.cache_lock_ttl_s, options.cache_lock_wait_s) as found:
-            selection = _cached(problem, inputs, key, found, options)  # another process tuned it meanwhile
-            if selection is None:
-                entry, kernel = _tune(problem, inputs, options, device)
-                ms = next((t.ms for t in entry.timings if t.spec == entry.chosen), math.nan)
-                log.info(
-                    "tuned %s: %s at %.4f ms, of %d choices in %.1f s",
-                    describe(problem), entry.chosen, ms, len(entry.timings), entry.tuning_s,
-                )  # fmt: skip
-                stack.put(key, unstructure(entry))
-                selection = _make(problem, key, entry, kernel, "tuned")
+        ttl_s, wait_s = options.cache_lock_ttl_s, patience(options.cache_lock_wait_s)
+        flight = SingleFlight(stack, key, parse, ttl_s, wait_s, defers(), seen=first)
+        try:
+            with flight as found:
+                selection = _cached(problem, inputs, key, found, options)  # another process tuned it meanwhile
+                if selection is not None:
+                    bump("autotune_taken")
+                else:
+                    with deferring(False):  # a selection inside the tune waits as usual
+                        entry, kernel = _tune(problem, inputs, options, device)
+                    ms = next((t.ms for t in entry.timings if t.spec == entry.chosen), math.nan)
+                    log.info(
+                        "tuned %s: %s at %.4f ms, of %d choices in %.1f s",
+                        describe(problem), entry.chosen, ms, len(entry.timings), entry.tuning_s,
+                    )  # fmt: skip
+                    stack.put(key, unstructure(entry))
+                    bump("autotune_tuned")
+                    selection = _make(problem, key, entry, kernel, "tuned")
+        except HeldElsewhere:  # raised before the block (nothing held): the caller comes back later
+            if key not in _deferred:
+                _deferred.add(key)
+                bump("autotune_deferred")
+            raise
+    _deferred.discard(key)
     with _memory_lock:
         _memory[key] = selection
     hooks.selection_done(selection.report, options)

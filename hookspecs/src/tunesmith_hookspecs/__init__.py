@@ -1,6 +1,7 @@
 """The tunesmith plugin contract: hook specifications, the ``hookimpl`` marker and boundary types.
 
-A plugin needs nothing else from tunesmith::
+Every plugin imports it; the few helpers of the core a plugin may also use are in
+``tunesmith.plugin``, and nothing else of tunesmith is for plugins::
 
     from tunesmith_hookspecs import ChoiceSpec, hookimpl
 
@@ -33,7 +34,9 @@ from tunesmith_hookspecs.types import (
 )
 
 #: Version of this contract. It enters every cache key, so entries written under another
-#: contract are never read back.
+#: contract are never read back. Raised only when a change breaks plugins or stored entries (a hook
+#: or type field removed, a meaning changed); new hooks, new arguments and a hook renamed with its
+#: old name kept (deprecated) leave it as it is.
 SPEC_VERSION = 1
 
 #: Marks a plugin's hook implementations.

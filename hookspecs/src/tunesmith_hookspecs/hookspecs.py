@@ -145,8 +145,8 @@ def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | Non
     *firstresult*: stops at the first implementation that returns a choice. Return ``None``
     when ``spec.backend`` is not this plugin's name, or the spec no longer applies. Where no
     plugin rebuilds a spec, the core calls ``tunesmith_choices`` of the spec's backend and picks
-    the choice with an equal spec. While it runs, ``tunesmith.current_options()`` gives the
-    settings of the tune that asks (in a benchmark worker too): read plugin settings there.
+    the choice with an equal spec. While it runs, ``tunesmith.plugin.current_options()`` gives
+    the settings of the tune that asks (in a benchmark worker too): read plugin settings there.
 
     :param spec: the spec read from a cache or a benchmark request.
     :param problem: the Problem it was chosen for.
@@ -240,14 +240,15 @@ def tunesmith_benchmarker(options: Any) -> Benchmarker | None:
 
 
 @hookspec
-def tunesmith_cache_backends(options: Any) -> Sequence[CacheLayer]:
+def tunesmith_cache_layers(options: Any) -> Sequence[CacheLayer]:
     """Persistent cache layers this plugin offers under the current options.
 
     A layer is any object with ``name`` (what ``options.caches`` calls it), ``get(key: str) ->
     bytes | None`` and ``put(key: str, value: bytes) -> None``. Values are the core's JSON
     entries (signed when ``cache_secret`` is set); a layer stores bytes and never interprets
     them. The core catches, counts and warns about a layer's errors and skips a failing layer
-    for a back-off period. Return an empty list when unconfigured.
+    for a back-off period. Return an empty list when unconfigured. A layer name offered by two
+    plugins is an error that names both (``local`` is the core's disk layer).
 
     Optional methods add more:
 
@@ -266,7 +267,31 @@ def tunesmith_cache_backends(options: Any) -> Sequence[CacheLayer]:
     Example::
 
         @hookimpl
-        def tunesmith_cache_backends(options):
+        def tunesmith_cache_layers(options):
+            return [RedisLayer(options.redis_url)] if options.redis_url else []
+    """
+
+
+@hookspec(
+    warn_on_impl=DeprecationWarning(
+        "tunesmith_cache_backends is deprecated: rename the implementation to tunesmith_cache_layers"
+    )
+)
+def tunesmith_cache_backends(options: Any) -> Sequence[CacheLayer]:
+    """Deprecated: the former name of :func:`tunesmith_cache_layers`, still called the same way.
+
+    Registering an implementation warns with a ``DeprecationWarning``; its layers are used as if
+    it were named ``tunesmith_cache_layers``. Renamed so that "backend" means only a kernel backend
+    (the ``backends`` setting) and the hook is named after what it returns, a ``CacheLayer``. The
+    old name goes only with the next ``SPEC_VERSION``.
+
+    :param options: the resolved settings.
+    :returns: a sequence of cache layers.
+
+    Example::
+
+        @hookimpl
+        def tunesmith_cache_backends(options):  # old name: define tunesmith_cache_layers instead
             return [RedisLayer(options.redis_url)] if options.redis_url else []
     """
 

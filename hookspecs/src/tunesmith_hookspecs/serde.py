@@ -59,7 +59,7 @@ for _cls, _fields in (
     (Problem, ("scalars",)),
     (DeviceInfo, ("peak_flops",)),
 ):
-    _over = {f: override(unstruct_hook=_params_out) for f in _fields}
+    _over: dict[str, Any] = {f: override(unstruct_hook=_params_out) for f in _fields}
     converter.register_unstructure_hook(_cls, make_dict_unstructure_fn(_cls, converter, **_over))
     _over = {f: override(struct_hook=_params_in) for f in _fields}
     converter.register_structure_hook(_cls, make_dict_structure_fn(_cls, converter, **_over))

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from tunesmith.bench.timing import Measurement, check_output, give_up_after, synchronize, time_callable
-from tunesmith.counting import bump
 from tunesmith.config import Options
+from tunesmith.counting import bump
 from tunesmith.plugins import describe_error
 from tunesmith_hookspecs import Choice, Problem, Timing
 

@@ -23,8 +23,8 @@ import torch
 from tunesmith.bench import pool
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, out_of_budget
 from tunesmith.bench.timing import give_up_after
-from tunesmith.counting import bump
 from tunesmith.config import Options, to_payload
+from tunesmith.counting import bump
 from tunesmith_hookspecs import ChoiceSpec, Problem, Timing, unstructure
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,12 @@
 """Single-flight across processes: of many processes that miss the same key at once, one tunes
 while the others wait for its entry.
 
-The lock lives in the first shared layer (Redis, memcached) and has a token and an expiry; the
-holder refreshes it while it tunes, so a holder that dies frees it within ``cache_lock_ttl_s``
-and a waiter takes over. A waiter gives up after ``cache_lock_wait_s`` and tunes itself.
+The lock lives in the first shared layer (Redis, memcached, a ``torch.distributed`` store) and has
+a token and an expiry; the holder refreshes it while it tunes, so a holder that dies frees it
+within ``cache_lock_ttl_s`` and a waiter takes over. Without a shared layer, processes of one host
+lock files in the local cache folder (freed when the holder dies). A waiter gives up after
+``cache_lock_wait_s`` and tunes itself. With ``defer``, a process that finds the lock held does
+not wait: it raises :class:`HeldElsewhere` and tunes another problem first (``fleet.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from tunesmith.cache.filelocks import FileLocks, NoFileLocks
 from tunesmith.cache.stack import CacheStack
 from tunesmith.counting import bump
 from tunesmith.errors import TunesmithWarning
@@ -28,16 +32,41 @@ T = TypeVar("T")
 MAX_POLL_S = 0.5
 
 
+_warned_no_file_locks: list[bool] = []
+
+
+def _no_file_locks(exc: Exception) -> None:
+    """Say once per process that the cache folder offers no file locks (some network file
+    systems), so processes sharing it tune the same problems."""
+    bump("file_lock_unavailable")
+    if not _warned_no_file_locks:
+        _warned_no_file_locks.append(True)
+        log.warning("no file locks in the local cache folder (%s): processes sharing it tune alone", exc)
+
+
+class HeldElsewhere(Exception):
+    """Another process holds the lock of this key (and has not stored its entry yet)."""
+
+
 class SingleFlight(Generic[T]):
     """``with SingleFlight(stack, key, parse, ttl_s, wait_s) as found:`` ``found`` is the entry
     another process stored while this one waited, or None: then tune, put, and leave the block,
-    which releases the lock (if this process got one)."""
+    which releases the lock (if this process got one). An entry equal to ``seen`` (the caller's
+    own look-up found it, and could not use it) is not another process's."""
 
     def __init__(
-        self, stack: CacheStack, key: str, parse: Callable[[Any], T], ttl_s: float | None, wait_s: float
+        self,
+        stack: CacheStack,
+        key: str,
+        parse: Callable[[Any], T],
+        ttl_s: float | None,
+        wait_s: float,
+        defer: bool = False,
+        seen: tuple[T, str] | None = None,
     ) -> None:
         self.stack, self.key, self.parse, self.ttl_s, self.wait_s = stack, key, parse, ttl_s, wait_s
-        self._held: tuple[SharedCacheLayer, str] | None = None
+        self.defer, self.seen = defer, seen
+        self._held: tuple[SharedCacheLayer | FileLocks, str] | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -53,20 +82,35 @@ class SingleFlight(Generic[T]):
             try:
                 token = layer.acquire(self.key, self.ttl_s)
             except Exception as exc:  # noqa: BLE001 - a failing lock is no lock, never a crash
+                if isinstance(layer, FileLocks):  # no file locks here: tune alone, as without a lock
+                    if isinstance(exc, NoFileLocks):
+                        _no_file_locks(exc)
+                    else:  # an unusable folder: the local layer warns about it
+                        log.debug("no file lock for %s...: %s", self.key[:16], exc)
+                    return None
                 self.stack.failed(layer, self.key, "take a lock", exc)
                 continue
             if token is not None:
-                found = self.stack.get(self.key, self.parse, quiet=True)  # stored since our miss?
-                if found is not None:
+                try:
+                    found = self._new()  # stored since our miss?
+                    if found is None:
+                        self._hold(layer, token)
+                        return None
+                except BaseException:  # not held: never leave the lock taken
                     self._release(layer, token)
+                    raise
+                self._release(layer, token)
+                return found
+            if self.defer:
+                found = self._new()
+                if found is not None:
                     return found
-                self._hold(layer, token)
-                return None
+                raise HeldElsewhere(self.key)
             if not waiting:
                 waiting = True
                 bump("autotune_lock_waited")
                 log.info("another process is tuning %s...; waiting for its result", self.key[:16])
-            found = self.stack.get(self.key, self.parse, quiet=True)
+            found = self._new()
             if found is not None:
                 return found
             if time.monotonic() > deadline:
@@ -81,6 +125,11 @@ class SingleFlight(Generic[T]):
             time.sleep(pause)
             pause = min(pause * 1.5, MAX_POLL_S)
 
+    def _new(self) -> tuple[T, str] | None:
+        """An entry in the caches other than the one the caller saw."""
+        found = self.stack.get(self.key, self.parse, quiet=True)
+        return found if found is not None and (self.seen is None or found[0] != self.seen[0]) else None
+
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._held is not None:
             self._stop.set()
@@ -89,14 +138,16 @@ class SingleFlight(Generic[T]):
             self._release(*self._held)
             self._held = None
 
-    def _hold(self, layer: SharedCacheLayer, token: str) -> None:
-        """Keep the lock alive (refreshed every third of its expiry) until the block ends."""
+    def _hold(self, layer: SharedCacheLayer | FileLocks, token: str) -> None:
+        """Keep the lock alive (refreshed every third of its expiry) until the block ends; a file
+        lock lives as long as its holder, with nothing to refresh."""
         bump("autotune_lock_held")
+        if not isinstance(layer, FileLocks):
+            self._heartbeat = threading.Thread(target=self._refresh, args=(layer, token), daemon=True)
+            self._heartbeat.start()
         self._held = (layer, token)
-        self._heartbeat = threading.Thread(target=self._refresh, args=(layer, token), daemon=True)
-        self._heartbeat.start()
 
-    def _refresh(self, layer: SharedCacheLayer, token: str) -> None:
+    def _refresh(self, layer: SharedCacheLayer | FileLocks, token: str) -> None:
         """Refresh until the block ends or the lock is lost; a failed refresh is retried next time
         (while the layer is skipped after a failure, the lock may expire: tuning goes on)."""
         assert self.ttl_s
@@ -110,9 +161,10 @@ class SingleFlight(Generic[T]):
             except Exception as exc:  # noqa: BLE001 - counted; the next period tries again
                 self.stack.failed(layer, self.key, "refresh a lock", exc)
 
-    def _release(self, layer: SharedCacheLayer, token: str) -> None:
-        """Give the lock back, unless the layer is failing (then it expires on its own)."""
-        if not self.stack.usable(layer, self.key):
+    def _release(self, layer: SharedCacheLayer | FileLocks, token: str) -> None:
+        """Give the lock back, unless the layer is failing (then it expires on its own; a file
+        lock, which never expires, is always given back)."""
+        if not isinstance(layer, FileLocks) and not self.stack.usable(layer, self.key):
             return
         try:
             layer.release(self.key, token)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, decode, encode
+from tunesmith.cache.filelocks import FileLocks
+from tunesmith.cache.local import LocalDiskCache
 from tunesmith.counting import bump
 from tunesmith.errors import TunesmithWarning
 from tunesmith_hookspecs import CacheLayer, SerdeError, SharedCacheLayer
@@ -29,7 +31,7 @@ def reset_backoff() -> None:
 
 
 def _scope(layer: CacheLayer) -> str:
-    return "local" if layer.name == "local" else "remote"
+    return "local" if layer.name in ("local", FileLocks.name) else "remote"
 
 
 def _where(layer: CacheLayer, key: str) -> str:
@@ -75,9 +77,17 @@ class CacheStack:
             stacklevel=3,
         )
 
-    def lock_layer(self, key: str) -> SharedCacheLayer | None:
-        """The first layer that offers single-flight locks and is not being skipped for ``key``."""
-        return next((x for x in self.layers if isinstance(x, SharedCacheLayer) and self.usable(x, key)), None)
+    def lock_layer(self, key: str) -> SharedCacheLayer | FileLocks | None:
+        """The first layer that offers single-flight locks and is not being skipped for ``key``;
+        without one, file locks in the local layer's folder (the processes of one host share it)."""
+        shared = next((x for x in self.layers if isinstance(x, SharedCacheLayer) and self.usable(x, key)), None)
+        if shared is not None:
+            return shared
+        local = next((x for x in self.layers if isinstance(x, LocalDiskCache)), None)
+        if local is None:
+            return None
+        locks = FileLocks(local.root)
+        return locks if self.usable(locks, key) else None
 
     def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False) -> tuple[T, str] | None:
         """The first valid entry for ``key`` and the name of its layer; bad entries are misses.

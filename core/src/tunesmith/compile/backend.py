@@ -23,8 +23,8 @@ from tunesmith import hooks
 from tunesmith.compile import dispatch
 from tunesmith.compile.cudagraphs import Captured
 from tunesmith.compile.stages import post_grad, run_passes
-from tunesmith.errors import OptionError
 from tunesmith.config import Options
+from tunesmith.errors import OptionError
 from tunesmith.settings import current_options
 
 log = logging.getLogger(__name__)

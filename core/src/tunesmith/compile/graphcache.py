@@ -21,6 +21,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from tunesmith.cache.keys import device_fingerprint
 from tunesmith.config import Options, to_payload
+from tunesmith.hooks import CACHE_LAYER_HOOKS
 from tunesmith.passes import pass_uuid
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import SPEC_VERSION, ChoiceSpec, SerdeError, structure, unstructure
@@ -97,7 +98,7 @@ def result_settings(options: Options) -> dict[str, Any]:
         if owner == "core" or record is None or not record.loaded:
             return False
         hooks = {caller.name for caller in system.pm.get_hookcallers(record.plugin) or []}
-        return "tunesmith_cache_backends" in hooks and "tunesmith_choices" not in hooks
+        return bool(hooks & set(CACHE_LAYER_HOOKS)) and "tunesmith_choices" not in hooks
 
     owners = {name: d.owner for name, d in system.option_defs.items()}
     return {

@@ -2,7 +2,8 @@
 
 The post-grad stage, run on every forward, backward and inference graph: the post-grad "pre"
 passes, the compiled-graph cache look-up, lowering, the kernels of every Problem whose shapes are
-known (from the plan on a hit, else selected: caches, then tuning) bound to their calls, the plan
+known (from the plan on a hit, else selected: caches, then tuning, split with other processes
+compiling the same graph: ``fleet.py``) bound to their calls, the plan
 stored on a miss, then the post-grad "post" passes. Last, each call whose winner is ATen's plain
 op is given back to the graph as ATen's ops, so that the graph compiler runs and fuses it as it
 would without tunesmith. Problems of symbolic shapes are selected at first sight, when the graph
@@ -26,8 +27,9 @@ from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
 from tunesmith.compile.lowering import AtenLowering, Lowered, lower, restore, symbolic
-from tunesmith.counting import bump
 from tunesmith.config import Options
+from tunesmith.counting import bump
+from tunesmith.fleet import select_each
 from tunesmith.problem import is_empty, tensor_like, tensor_meta
 from tunesmith.selection import Selection, select
 from tunesmith_hookspecs import ChoiceSpec, Problem, SelectionReport
@@ -84,13 +86,13 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
     lowered = lower(gm, [*hooks.lowerings(options), AtenLowering()], dispatch.options_id(options))
     chosen: dict[str, ChoiceSpec] = {}
     own: list[fx.Node] = []
-    with unset_fake_temporarily():  # tuning runs real kernels on real tensors
-        for item in lowered:
-            found = _prepare(item, plan, options)
-            if found is not None:
-                chosen[found[0]] = found[1]
-                if found[1] == GRAPH_OWN:
-                    own.append(item.node)
+    with unset_fake_temporarily():  # tuning runs real kernels on real tensors; split with other processes
+        prepared = select_each(lowered, lambda item: _prepare(item, plan, options), options.cache_lock_wait_s)
+    for item, found in zip(lowered, prepared, strict=True):
+        if found is not None:
+            chosen[found[0]] = found[1]
+            if found[1] == GRAPH_OWN:
+                own.append(item.node)
     if key and plan is None:
         stack.put(key, plan_payload(chosen))
     run_passes("post_grad_post", gm.graph, options)

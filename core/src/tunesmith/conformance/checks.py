@@ -18,9 +18,9 @@ import torch
 
 from tunesmith import hooks
 from tunesmith.bench import InprocessBenchmarker, check_output
+from tunesmith.config import Options
 from tunesmith.conformance.cases import Case, make
 from tunesmith.ops import reference, relative_error, tolerance
-from tunesmith.config import Options
 from tunesmith.plugins import call_impl, describe_error, get_system
 from tunesmith.problem import build_problem
 from tunesmith.selection import describe

@@ -29,7 +29,7 @@ PASS_HOOKS = {
 }
 KIND_HOOKS = {
     "backend": ("tunesmith_choices",),
-    "cache layer": ("tunesmith_cache_backends",),
+    "cache layer": hooks.CACHE_LAYER_HOOKS,
     "graph pass": tuple(PASS_HOOKS),
     "lowering": ("tunesmith_lowerings",),
 }
@@ -82,11 +82,12 @@ class Target:
         Raises :class:`PluginFault` when its hook raises or returns something else."""
         options = current_options(overrides)
         layers: list[CacheLayer] = []
-        for impl in self._impls("tunesmith_cache_backends"):
-            try:
-                layers += hooks.validate_layers(self.name, call_impl(impl, options=options))
-            except Exception as exc:
-                raise PluginFault(f"tunesmith_cache_backends raised {describe_error(exc)}") from exc
+        for hook in hooks.CACHE_LAYER_HOOKS:
+            for impl in self._impls(hook):
+                try:
+                    layers += hooks.validate_layers(self.name, call_impl(impl, options=options), hook)
+                except Exception as exc:
+                    raise PluginFault(f"{hook} raised {describe_error(exc)}") from exc
         return layers
 
     def passes(self) -> list[tuple[str, Any]]:

@@ -17,9 +17,9 @@ from typing import Any
 import attrs
 import torch
 
+from tunesmith.config import Options
 from tunesmith.cost.profiles import PRESETS, load_calibrated, preset_for, profile_path, save_calibrated
 from tunesmith.errors import TunesmithError
-from tunesmith.config import Options
 from tunesmith_hookspecs import DeviceInfo
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_map_only
 
 from tunesmith import hooks
+from tunesmith.config import Options
 from tunesmith.cost import collectives
 from tunesmith.cost.nodes import node_cost, op_name
 from tunesmith.cost.profiles import PRESETS
 from tunesmith.errors import TunesmithError
-from tunesmith.config import Options
 from tunesmith.settings import current_options
 from tunesmith_hookspecs import DeviceInfo
 

@@ -22,8 +22,8 @@ from typing import TypeVar
 import torch
 
 from tunesmith import hooks
-from tunesmith.counting import bump
 from tunesmith.config import Options
+from tunesmith.counting import bump
 from tunesmith_hookspecs import Choice
 
 log = logging.getLogger(__name__)
@@ -31,14 +31,14 @@ BASELINE = hooks.BASELINE_BACKEND
 
 #: how far above the best estimate a choice may be estimated and still be benchmarked (a fraction).
 #: Replayed on the H100's exhaustive tunes of the GEMM set, 10% leaves out a quarter of the
-#: choices and no case's best (``benchmarks/prune_replay.py``, results/prune_replay_*.json).
+#: choices and no case's best (``benchmarks/cost_model.py replay``; prune_replay_*.json, benchmarks/README.md).
 WINDOW = 0.10
 
 #: how many times ATen's best estimate a choice may be estimated and still be benchmarked. On the
 #: GEMM set (H100-SXM preset), ATen's estimate is 0.5 to 1.2x its measured time on the H100 and
 #: the best Triton config's estimate 0.4 to 2.1x ATen's; the ceiling drops every Triton choice of
 #: float32 (4.8x; measured 3.8x slower) and odd_1000 (2.1x; measured 1.2x slower) alone
-#: (``benchmarks/results/cost_model_h100_all16.json``).
+#: (``benchmarks/results/cost_model_h100.json``).
 BASELINE_CEILING = 2.0
 
 K = TypeVar("K")

@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import torch
 
-from tunesmith.ops import finish, run
-from tunesmith.problem import scratch_like
+from tunesmith.plugin import finish, run, scratch_like
 from tunesmith_aten import cost
 from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, Problem, hookimpl
 

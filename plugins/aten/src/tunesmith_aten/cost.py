@@ -7,8 +7,7 @@ a reference: a choice estimated far above it is not worth benchmarking beside AT
 
 from __future__ import annotations
 
-from tunesmith.cost.roofline import math_dtype, meta_bytes, roofline
-from tunesmith.problem import flops
+from tunesmith.plugin import flops, math_dtype, meta_bytes, roofline
 from tunesmith_hookspecs import DeviceInfo, Problem
 
 #: seconds each kernel's launch adds

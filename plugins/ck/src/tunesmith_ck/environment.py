@@ -4,27 +4,16 @@ AMD GPU with XDL units, hipcc, and the Composable Kernel headers."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-import attrs
 import torch
 
-from tunesmith.native_plugin import Probed
+from tunesmith.plugin.native import Environment, find_tool, gather
 from tunesmith_ck.arch import ARCHS, arch_of
 
+__all__ = ["Environment", "find_ck_include", "find_hipcc", "probe"]
+
 DEFAULT_ROCM = "/opt/rocm"
-
-
-@attrs.frozen
-class Environment(Probed):
-    """The tools found here; ``missing`` names each piece that is not, so ``runnable`` is ``not missing``."""
-
-    arch: str | None = None
-    hipcc: str | None = None
-    ck_include: str | None = None
-    multiprocessors: int | None = None
-    missing: tuple[str, ...] = ()
 
 
 def rocm_path() -> Path:
@@ -34,11 +23,7 @@ def rocm_path() -> Path:
 
 def find_hipcc() -> str | None:
     """hipcc on PATH, else in ``$ROCM_PATH/bin``."""
-    found = shutil.which("hipcc")
-    if found:
-        return found
-    candidate = rocm_path() / "bin" / "hipcc"
-    return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
+    return find_tool("hipcc", [rocm_path() / "bin" / "hipcc"])
 
 
 def find_ck_include(ck_dir: str | None) -> tuple[str | None, str]:
@@ -77,12 +62,8 @@ def _gpu() -> tuple[str | None, int | None, list[str]]:
 
 
 def probe(ck_dir: str | None) -> Environment:
-    """Look for every piece (cheap: no compilation, no device work beyond queries)."""
-    arch, units, missing = _gpu()
-    hipcc = find_hipcc()
-    if hipcc is None:
-        missing.append(f"hipcc (not on PATH, not in {rocm_path() / 'bin'}; set ROCM_PATH)")
+    """Look for every piece (cheap: no compilation, no device work beyond queries): the GPU's target
+    id (``gfx942:sramecc+:xnack-``), hipcc, and the CK include folder."""
     include, why = find_ck_include(ck_dir)
-    if include is None:
-        missing.append(why)
-    return Environment(arch, hipcc, include, units, tuple(missing))
+    missing_hipcc = f"hipcc (not on PATH, not in {rocm_path() / 'bin'}; set ROCM_PATH)"
+    return gather(_gpu(), find_hipcc(), missing_hipcc, (include, "", why))

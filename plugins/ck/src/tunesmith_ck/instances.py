@@ -9,16 +9,13 @@ instance rejected here would be refused or miscompiled there, and one accepted h
 
 from __future__ import annotations
 
-import logging
 import math
 
 import attrs
 
-from tunesmith.native_plugin import InstanceParams, Rejected
+from tunesmith.plugin.native import InstanceParams, Rejected, instance_params, sift, spread
 from tunesmith_ck.arch import Arch
 from tunesmith_ck.gemm import ELEMENT_BYTES, INDEX_MAX, Gemm, Matrix
-
-log = logging.getLogger(__name__)
 
 WAVE = 64
 #: BlockSize values a kernel may launch (CK's kernels use __launch_bounds__(256))
@@ -47,32 +44,29 @@ SPECS = {
 }
 CSHUFFLE_DTYPE = "float32"  # the accumulator goes through LDS in float, so the epilogue sees it unrounded
 
-_int = attrs.validators.instance_of(int)
-_str = attrs.validators.instance_of(str)
 
-
-@attrs.frozen
+@instance_params
 class Instance(InstanceParams):
     """The tuning parameters of one instance (CK's template arguments before derivation)."""
 
-    block_size: int = attrs.field(validator=_int)
-    m_per_block: int = attrs.field(validator=_int)
-    n_per_block: int = attrs.field(validator=_int)
-    k_per_block: int = attrs.field(validator=_int)
-    ak1: int = attrs.field(validator=_int)
-    bk1: int = attrs.field(validator=_int)
-    m_per_xdl: int = attrs.field(validator=_int)
-    n_per_xdl: int = attrs.field(validator=_int)
-    m_xdl_per_wave: int = attrs.field(validator=_int)
-    n_xdl_per_wave: int = attrs.field(validator=_int)
-    a_vector: int = attrs.field(validator=_int)
-    b_vector: int = attrs.field(validator=_int)
-    e_vector: int = attrs.field(validator=_int)
-    pipeline: str = attrs.field(validator=_str)
-    scheduler: str = attrs.field(validator=_str)
-    gemm_spec: str = attrs.field(validator=_str)
-    cshuffle_m: int = attrs.field(default=1, validator=_int)
-    cshuffle_n: int = attrs.field(default=1, validator=_int)
+    block_size: int
+    m_per_block: int
+    n_per_block: int
+    k_per_block: int
+    ak1: int
+    bk1: int
+    m_per_xdl: int
+    n_per_xdl: int
+    m_xdl_per_wave: int
+    n_xdl_per_wave: int
+    a_vector: int
+    b_vector: int
+    e_vector: int
+    pipeline: str
+    scheduler: str
+    gemm_spec: str
+    cshuffle_m: int = 1
+    cshuffle_n: int = 1
 
     @property
     def name(self) -> str:
@@ -104,15 +98,9 @@ class Transfer:
     lds_extra: int = 0  # LdsExtraM / LdsExtraN
 
 
-def k1_for(matrix: Matrix, operand: str) -> int:
+def k1_for(matrix: Matrix) -> int:
     """K1 (elements of K kept together in LDS): 8 where K has unit stride, 4 where M or N has (CK's choices)."""
-    k_contiguous = (matrix.layout == "Row") == (operand == "A")
-    return 8 if k_contiguous else 4
-
-
-def k_contiguous(matrix: Matrix, operand: str) -> bool:
-    """A row-major A and a column-major B read along K."""
-    return (matrix.layout == "Row") == (operand == "A")
+    return 8 if matrix.k_major else 4
 
 
 def transfer(inst: Instance, operand: str, matrix: Matrix) -> Transfer | str:
@@ -122,7 +110,7 @@ def transfer(inst: Instance, operand: str, matrix: Matrix) -> Transfer | str:
     vector = inst.a_vector if operand == "A" else inst.b_vector
     dim = "M" if operand == "A" else "N"
     k0 = inst.k_per_block // k1
-    if k_contiguous(matrix, operand):
+    if matrix.k_major:
         if k1 % vector:
             return f"{operand} vector width {vector} does not divide {operand}K1={k1} (the vector runs along K)"
         k0_threads = math.gcd(k0, inst.block_size)
@@ -186,7 +174,7 @@ def _aligned(matrix: Matrix, vector: int, batch: int, what: str) -> list[str]:
     if matrix.strided_size > 1 and matrix.ld % vector:
         reasons.append(
             f"{what}'s leading dimension {matrix.ld} is not a multiple of the vector width {vector} "
-            f"(each {'row' if matrix.layout == 'Row' else 'column'} would start misaligned)"
+            f"(each {'row' if matrix.layout == 'row' else 'column'} would start misaligned)"
         )
     if batch > 1 and matrix.batch_stride % vector:
         reasons.append(f"{what}'s batch stride {matrix.batch_stride} is not a multiple of the vector width {vector}")
@@ -200,7 +188,7 @@ def d_vectors(inst: Instance, gemm: Gemm) -> tuple[int, ...]:
     out = []
     for d in gemm.ds:
         width = 1
-        if d.layout == "Row":
+        if d.layout == "row":
             for v in (inst.e_vector, 8, 4, 2):
                 if inst.e_vector % v == 0 and not _aligned(d, v, gemm.batch, d.name):
                     width = v
@@ -291,10 +279,8 @@ def _problem_reasons(inst: Instance, gemm: Gemm) -> list[str]:
     for operand, matrix, vector in (("A", gemm.a, inst.a_vector), ("B", gemm.b, inst.b_vector)):
         reasons += _aligned(matrix, vector, gemm.batch, operand)
         k1 = inst.ak1 if operand == "A" else inst.bk1
-        if k1 != k1_for(matrix, operand):
-            reasons.append(
-                f"{operand}K1={k1} does not suit a {matrix.layout}-major {operand} (use {k1_for(matrix, operand)})"
-            )
+        if k1 != k1_for(matrix):
+            reasons.append(f"{operand}K1={k1} does not suit a {matrix.layout}-major {operand} (use {k1_for(matrix)})")
         found = transfer(inst, operand, matrix)
         if isinstance(found, str):
             reasons.append(found)
@@ -395,7 +381,7 @@ def _e_fits(inst: Instance, gemm: Gemm) -> bool:
 def candidate(tile: Tile, pipeline: str, scheduler: str, gemm: Gemm) -> Instance:
     """The instance of one tile and schedule for ``gemm``: the padding it needs, and the widest vector
     widths (and the smallest C shuffle) that its layouts, strides and alignment allow."""
-    ak1, bk1 = k1_for(gemm.a, "A"), k1_for(gemm.b, "B")
+    ak1, bk1 = k1_for(gemm.a), k1_for(gemm.b)
     spec = gemm_spec_for(gemm, tile.m, tile.n, tile.k, ak1, bk1)
     inst = Instance(
         tile.block, tile.m, tile.n, tile.k, ak1, bk1, tile.xdl, tile.xdl, tile.m_xdl, tile.n_xdl,
@@ -412,18 +398,8 @@ def candidate(tile: Tile, pipeline: str, scheduler: str, gemm: Gemm) -> Instance
 
 def enumerate_instances(gemm: Gemm, arch: Arch) -> tuple[list[Instance], list[Rejected]]:
     """The valid instance of every tile and schedule, and the others with every reason they were refused."""
-    valid: list[Instance] = []
-    rejected: list[Rejected] = []
-    for tile in TILES:
-        for pipeline, scheduler in SCHEDULES:
-            inst = candidate(tile, pipeline, scheduler, gemm)
-            reasons = validate(inst, gemm, arch)
-            if reasons:
-                rejected.append(Rejected(inst, tuple(reasons)))
-                log.debug("ck: %s rejected: %s", inst.name, "; ".join(reasons))
-            elif inst not in valid:
-                valid.append(inst)
-    return valid, rejected
+    candidates = (candidate(tile, pipe, sched, gemm) for tile in TILES for pipe, sched in SCHEDULES)
+    return sift(candidates, lambda inst: validate(inst, gemm, arch), "ck")
 
 
 #: a block tile's time is modelled as max(M x N, BALANCE x (M + N)) per K: compute, or loading A and B
@@ -442,10 +418,4 @@ def rank(instances: list[Instance], gemm: Gemm, compute_units: int) -> list[Inst
     """Most promising first by :func:`estimate` (ties: larger tiles), one instance per tile before
     any tile's second, so that a short list still spans several tiles."""
     ordered = sorted(instances, key=lambda i: (estimate(i, gemm, compute_units), -i.m_per_block * i.n_per_block))
-    seen: set[tuple[int, ...]] = set()
-    first, rest = [], []
-    for inst in ordered:
-        tile = (inst.block_size, inst.m_per_block, inst.n_per_block, inst.k_per_block, inst.m_per_xdl)
-        (rest if tile in seen else first).append(inst)
-        seen.add(tile)
-    return first + rest
+    return spread(ordered, lambda i: (i.block_size, i.m_per_block, i.n_per_block, i.k_per_block, i.m_per_xdl))

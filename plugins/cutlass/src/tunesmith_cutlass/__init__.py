@@ -7,28 +7,32 @@ serves every Problem of its kind (sizes and strides are run-time arguments).
 It offers choices only with a CUDA GPU of compute capability 8.0 or more, nvcc and the CUTLASS
 headers (the nvidia-cutlass package); anywhere else ``tunesmith plugins`` names what is missing
 and it offers nothing.
+
+The hooks, the build cache and the choices' plumbing are the plugin API's native-kernel framework
+(``tunesmith.plugin.native``); this package keeps what is CUTLASS's own: the GPU generations, the
+instances and their rules, the rendered C++, the launch and the cost model.
 """
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
-import tunesmith
-from tunesmith.ops import tf32_allowed
-from tunesmith.config import parse_int, parse_optional_str, parse_seconds
-from tunesmith_cutlass.build import cache_root
+from tunesmith.plugin import tf32_allowed
+from tunesmith.plugin.native import Environment, NativeBackend, add_options
+from tunesmith_cutlass import instances
+from tunesmith_cutlass.arch import Arch
 from tunesmith_cutlass.choice import CutlassChoice
 from tunesmith_cutlass.cost import estimate_ms, rank
-from tunesmith_cutlass.environment import Environment, probe
-from tunesmith_cutlass.gemm import DTYPES, OPS, Unsupported, describe
-from tunesmith_cutlass.instances import Instance, enumerate_instances, for_family, validate
-from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, PluginStatus, Problem, hookimpl
+from tunesmith_cutlass.environment import probe
+from tunesmith_cutlass.gemm import DTYPES, Gemm, describe
+from tunesmith_cutlass.instances import Instance, for_family
+from tunesmith_hookspecs import DeviceInfo, Problem, hookimpl
 
 __all__ = [
+    "PLUGIN",
     "CutlassChoice",
     "choices_for",
     "rebuild_for",
@@ -39,9 +43,6 @@ __all__ = [
     "tunesmith_rebuild_choice",
 ]
 
-log = logging.getLogger(__name__)
-
-NAME = "cutlass"
 #: the ChoiceSpec template of each kernel family
 TEMPLATES = {"sm90": "gemm_sm90_tma_ws", "sm80": "gemm_sm80_multistage"}
 #: SMs assumed when the GPU does not say (an H100 SXM has 132)
@@ -50,102 +51,46 @@ DEFAULT_SMS = 132
 DEFAULT_TIMEOUT_S = 600.0
 
 
+@attrs.frozen
+class Cutlass(NativeBackend):
+    """CUTLASS's part of the plugin: its ranking, templates, the GEMM each family computes, and TF32."""
+
+    def rank(self, valid: list[Instance], gemm: Gemm, arch: Arch, env: Environment) -> list[Instance]:
+        return rank(valid, gemm, arch, env.multiprocessors or DEFAULT_SMS)
+
+    def template(self, inst: Instance, problem: Problem) -> str | None:
+        return TEMPLATES.get(inst.family)
+
+    def gemm_for(self, gemm: Gemm, inst: Instance) -> Gemm:
+        return for_family(gemm, inst.family)
+
+    def served_dtypes(self) -> tuple[str, ...]:
+        """Float32 only while torch lets float32 matmuls use TF32
+        (``torch.set_float32_matmul_precision('high')``, or ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``)."""
+        if torch.get_float32_matmul_precision() == "highest":
+            return tuple(d for d in DTYPES if d != "float32")
+        return DTYPES
+
+
+def _describe(problem: Problem) -> Gemm:
+    """The Problem as CUTLASS's GEMM, float32 as TF32 where torch allows it."""
+    return describe(problem, tf32_allowed(problem))
+
+
+PLUGIN = Cutlass("cutlass", DTYPES, probe, _describe, instances, CutlassChoice)
+choices_for, rebuild_for = PLUGIN.choices_for, PLUGIN.rebuild_for
+tunesmith_plugin_status, tunesmith_choices, tunesmith_rebuild_choice = PLUGIN.hooks()
+
+
 @hookimpl
 def tunesmith_add_options(options: Any) -> None:
-    options.add(
-        "cutlass_dir",
-        None,
-        parse_optional_str,
+    add_options(
+        options,
+        "cutlass",
         "CUTLASS checkout or install (holds include/cutlass/cutlass.h); none = the nvidia-cutlass package's headers",
+        (4, "CUTLASS instances offered per problem (each is one nvcc build)"),
+        (DEFAULT_TIMEOUT_S, "seconds one nvcc build of a CUTLASS instance may take"),
     )
-    options.add(
-        "cutlass_max_instances", 4, parse_int(1), "CUTLASS instances offered per problem (each is one nvcc build)"
-    )
-    options.add(
-        "cutlass_compile_timeout_s",
-        DEFAULT_TIMEOUT_S,
-        lambda value: parse_seconds(value, optional=False),
-        "seconds one nvcc build of a CUTLASS instance may take",
-    )
-
-
-def served_dtypes() -> tuple[str, ...]:
-    """The input dtypes served now: float32 only while torch lets float32 matmuls use TF32
-    (``torch.set_float32_matmul_precision('high')``, or ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``)."""
-    if torch.get_float32_matmul_precision() == "highest":
-        return tuple(d for d in DTYPES if d != "float32")
-    return DTYPES
-
-
-@hookimpl
-def tunesmith_plugin_status(options: Any) -> PluginStatus:
-    env = probe(options.cutlass_dir)
-    return PluginStatus(env.runnable, env.reason, ops=OPS, dtypes=served_dtypes(), devices=("cuda",))
-
-
-def choices_for(problem: Problem, env: Environment, root: Path, limit: int, timeout_s: float) -> list[CutlassChoice]:
-    """The best ``limit`` valid instances for ``problem`` on ``env``'s GPU (none where it does not fit)."""
-    if problem.device != "cuda" or env.arch is None:
-        return []
-    try:
-        gemm = describe(problem, tf32_allowed(problem))
-    except Unsupported as exc:
-        log.debug("cutlass: no choices for %s: %s", problem.op, exc)
-        return []
-    valid, rejected = enumerate_instances(gemm, env.arch)
-    if not valid:
-        log.debug("cutlass: no valid instance for %s; first refusal: %s", problem.op, rejected[:1])
-    best = rank(valid, gemm, env.arch, env.multiprocessors or DEFAULT_SMS)[:limit]
-    return [
-        CutlassChoice(
-            ChoiceSpec(NAME, TEMPLATES[inst.family], inst.params()),
-            problem,
-            for_family(gemm, inst.family),
-            inst,
-            env,
-            root,
-            timeout_s,
-        )
-        for inst in best
-    ]
-
-
-@hookimpl
-def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
-    env = probe(options.cutlass_dir)
-    if not env.runnable:
-        return []
-    root = cache_root(options.cache_dir)
-    return list(choices_for(problem, env, root, options.cutlass_max_instances, options.cutlass_compile_timeout_s))
-
-
-def rebuild_for(
-    spec: ChoiceSpec, problem: Problem, env: Environment, root: Path, timeout_s: float
-) -> CutlassChoice | None:
-    """The choice a cached spec names, if it is still a valid instance for ``problem`` on this GPU."""
-    if spec.backend != NAME or spec.template not in TEMPLATES.values() or env.arch is None:
-        return None
-    if problem.device != "cuda":
-        return None
-    try:
-        inst = Instance.from_params(spec.params)
-        gemm = describe(problem, tf32_allowed(problem))
-    except (TypeError, ValueError):  # params of another version, or a problem no longer served
-        return None
-    if TEMPLATES.get(inst.family) != spec.template or validate(inst, gemm, env.arch):
-        return None
-    return CutlassChoice(spec, problem, for_family(gemm, inst.family), inst, env, root, timeout_s)
-
-
-@hookimpl
-def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
-    if spec.backend != NAME:
-        return None
-    options = tunesmith.current_options()
-    env = probe(options.cutlass_dir)
-    if not env.runnable:
-        return None
-    return rebuild_for(spec, problem, env, cache_root(options.cache_dir), options.cutlass_compile_timeout_s)
 
 
 @hookimpl

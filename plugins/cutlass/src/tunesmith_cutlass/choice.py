@@ -1,25 +1,21 @@
 """A CUTLASS choice: one instance for one Problem, built by precompile() and called through ctypes on
 the Problem's tensors (raw device pointers and torch's current stream; no torch headers are
-compiled). A library is loaded once per process and serves every Problem of its kind."""
+compiled). A library is loaded once per process and serves every Problem of its kind; the building,
+loading and honest failures are ``tunesmith.plugin.native``'s."""
 
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
 
-from tunesmith import native_build
-from tunesmith_cutlass.build import build
-from tunesmith_cutlass.environment import Environment
+from tunesmith.plugin.native import NativeChoice, ab_inputs, check_alignment
 from tunesmith_cutlass.gemm import ELEMENT_BYTES, Gemm
-from tunesmith_cutlass.instances import Instance
-from tunesmith_cutlass.render import CAN_IMPLEMENT, NAME_ENTRY, RUN, WORKSPACE, render_source
-from tunesmith_hookspecs import ChoiceSpec, Problem
+from tunesmith_cutlass.render import CAN_IMPLEMENT, COMPILER, RUN, WORKSPACE, render_source
+from tunesmith_hookspecs import Problem
 
 #: what the run entry point's return codes mean
 RETURN_CODES = {
@@ -30,85 +26,39 @@ RETURN_CODES = {
 }
 _ARGS = [ctypes.c_void_p] * 3 + [ctypes.POINTER(ctypes.c_void_p)] + [ctypes.c_int64] * 4
 _ARGS += [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_float)]
-
-
-@attrs.frozen
-class Library:
-    """The entry points of one loaded library."""
-
-    can_implement: Any
-    workspace_size: Any
-    run: Any
-
-
-_loaded: dict[Path, Library] = {}
-_loaded_lock = threading.Lock()
-
-
-def load(path: Path, name: str) -> Library:
-    """The library at ``path`` (loaded once per process), checked to hold instance ``name``."""
-    with _loaded_lock:
-        if path in _loaded:
-            return _loaded[path]
-        library = native_build.load(path, NAME_ENTRY, name)
-        functions = []
-        for symbol, extra, result in (
-            (CAN_IMPLEMENT, [], ctypes.c_int),
-            (WORKSPACE, [], ctypes.c_int64),
-            (RUN, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
-        ):
-            function = getattr(library, symbol)
-            function.argtypes, function.restype = _ARGS + extra, result
-            functions.append(function)
-        _loaded[path] = Library(*functions)
-        return _loaded[path]
+#: the library's entry points and their signatures
+ENTRIES = {
+    CAN_IMPLEMENT: (_ARGS, ctypes.c_int),
+    WORKSPACE: (_ARGS, ctypes.c_int64),
+    RUN: ([*_ARGS, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
+}
 
 
 @attrs.define(eq=False)
-class CutlassChoice:
-    """One instance for one Problem: ``precompile()`` builds and loads it, ``kernel()`` calls it."""
+class CutlassChoice(NativeChoice):
+    """One instance for one Problem: ``precompile()`` builds and loads it, ``kernel()`` calls it
+    (``gemm`` as :func:`~tunesmith_cutlass.instances.for_family` has it)."""
 
-    spec: ChoiceSpec
-    problem: Problem
-    gemm: Gemm
-    instance: Instance
-    env: Environment
-    cache_root: Path
-    timeout_s: float
-    _library: Library | None = attrs.field(default=None, init=False)
+    compiler = COMPILER
+    entries = ENTRIES
 
     def source(self) -> str:
         """The C++ source this choice builds (the same for every Problem of its kind)."""
         return render_source(self.instance, self.gemm.kind)
 
-    def precompile(self) -> None:
-        """Build (or find in the cache) and load the library; raises where it cannot run."""
-        if self._library is not None:
-            return
-        if not self.env.runnable:
-            raise RuntimeError(f"{self.spec} cannot be built here: {self.env.reason}")
-        env = self.env
-        assert env.nvcc and env.include and env.arch  # runnable means all were found
-        gencode = env.arch.gencode(self.instance.family)
-        path = build(
-            self.source(), env.nvcc, gencode, env.include, env.headers_version, self.cache_root, self.timeout_s
-        )
-        self._library = load(path, self.instance.name)
+    def target(self) -> str:
+        return self.env.arch.gencode(self.instance.family)
 
-    def kernel(self) -> Callable[..., torch.Tensor]:
-        """A callable on the Problem's tensors returning D; raises unless precompile() succeeded here."""
-        if self._library is None:
-            why = self.env.reason or "precompile() has not built it"
-            raise RuntimeError(f"{self.spec} has no built kernel in this process: {why}")
-        return _Launch(self._library, self.problem, self.gemm)
+    def launch(self, library: dict[str, Any]) -> Callable[..., torch.Tensor]:
+        return _Launch(library, self.problem, self.gemm)
 
 
 class _Launch:
     """The call of one built instance, with the Problem's constant arguments packed once."""
 
-    def __init__(self, library: Library, problem: Problem, gemm: Gemm) -> None:
+    def __init__(self, library: dict[str, Any], problem: Problem, gemm: Gemm) -> None:
         self.library, self.problem, self.gemm = library, problem, gemm
-        self.operands = (1, 2) if problem.op == "addmm" else (0, 1)
+        self.operands = ab_inputs(problem.op)
         g = gemm
         strides = [g.a.ld, g.b.ld, g.n, g.a.batch_stride, g.b.batch_stride, g.m * g.n]
         strides += [s for o in g.operands for s in (o.ld, o.batch_stride)]
@@ -133,9 +83,7 @@ class _Launch:
         return a, b
 
     def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
-        for index, align in self.alignment:
-            if tensors[index].data_ptr() % align:
-                raise ValueError(f"input {index} is not {align}-byte aligned, as this instance's vector loads need")
+        check_alignment(tensors, self.alignment)
         a, b = self.matrices(tensors)
         g = self.gemm
         d = torch.empty(self.problem.output.shape, dtype=self.out_dtype, device=a.device)
@@ -155,14 +103,14 @@ class _Launch:
             self.scalars,
         )
         if self.workspace is None:
-            size = self.library.workspace_size(*args)
+            size = self.library[WORKSPACE](*args)
             if size < 0:
                 raise RuntimeError("CUTLASS could not size the workspace")
             self.workspace = size
         workspace = torch.empty(self.workspace, dtype=torch.uint8, device=a.device) if self.workspace else None
         # the library launches on the current device: make it the tensors' one
         with torch.cuda.device(a.device):
-            code = self.library.run(
+            code = self.library[RUN](
                 *args,
                 workspace.data_ptr() if workspace is not None else None,
                 self.workspace,

@@ -3,13 +3,14 @@ fraction of the SM's peak that grows with the tile's arithmetic intensity.
 
 It ranks the valid instances of a GEMM (the first ``cutlass_max_instances`` are offered) and gives
 the core's pruning an estimate in milliseconds (``tunesmith_estimate_runtime``), with the roofline
-helpers of ``tunesmith.cost.roofline`` for the device's peak and the bytes every kernel moves.
+helpers of the plugin API (``tunesmith.plugin``) for the device's peak and the bytes every kernel moves.
 The constants are guesses from the kernels' design, not fitted to measurements.
 """
 
 from __future__ import annotations
 
-from tunesmith.cost.roofline import math_dtype, peak_flops, problem_bytes
+from tunesmith.plugin import math_dtype, peak_flops, problem_bytes
+from tunesmith.plugin.native import spread
 from tunesmith_cutlass.arch import Arch
 from tunesmith_cutlass.gemm import ELEMENT_BYTES, Gemm
 from tunesmith_cutlass.instances import Instance, stage_bytes
@@ -80,10 +81,4 @@ def rank(instances: list[Instance], gemm: Gemm, arch: Arch, sms: int) -> list[In
     """Most promising first (ties: larger tiles), one instance per tile shape before any shape's
     second, so that a short list still spans several tiles."""
     ordered = sorted(instances, key=lambda i: (main_loop_flops(i, gemm, arch, sms), -i.tile_m * i.tile_n, i.name))
-    seen: set[tuple[str, int, int]] = set()
-    first, rest = [], []
-    for inst in ordered:
-        shape = (inst.family, inst.tile_m, inst.tile_n)
-        (rest if shape in seen else first).append(inst)
-        seen.add(shape)
-    return first + rest
+    return spread(ordered, lambda inst: (inst.family, inst.tile_m, inst.tile_n))

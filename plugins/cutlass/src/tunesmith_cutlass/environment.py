@@ -6,40 +6,24 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 
-import attrs
 import torch
 
-from tunesmith.native_plugin import Probed
+from tunesmith.plugin.native import Environment, find_tool, gather
 from tunesmith_cutlass.arch import Arch, arch_of
+
+__all__ = ["Environment", "find_include", "find_nvcc", "probe"]
 
 DEFAULT_NVCC = "/usr/local/cuda/bin/nvcc"
 #: files whose presence proves an include folder holds CUTLASS and CuTe
 MARKERS = ("cutlass/cutlass.h", "cute/tensor.hpp")
 
 
-@attrs.frozen
-class Environment(Probed):
-    """The tools found here; ``missing`` names each piece that is not, so ``runnable`` is ``not missing``."""
-
-    arch: Arch | None = None
-    nvcc: str | None = None
-    include: str | None = None
-    multiprocessors: int | None = None
-    headers_version: str = ""
-    missing: tuple[str, ...] = ()
-
-
 def find_nvcc() -> str | None:
     """nvcc on PATH, else in ``$CUDA_HOME/bin`` (or ``$CUDA_PATH/bin``), else CUDA's default place."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
     places = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    places.append(Path(DEFAULT_NVCC))
-    return next((str(p) for p in places if p.is_file() and os.access(p, os.X_OK)), None)
+    return find_tool("nvcc", [*places, Path(DEFAULT_NVCC)])
 
 
 def _package_include() -> Path | None:
@@ -86,12 +70,7 @@ def _gpu() -> tuple[Arch | None, int | None, list[str]]:
 
 
 def probe(cutlass_dir: str | None) -> Environment:
-    """Look for every piece (cheap: no compilation, no device work beyond queries)."""
-    arch, units, missing = _gpu()
-    nvcc = find_nvcc()
-    if nvcc is None:
-        missing.append(f"nvcc (not on PATH, not in $CUDA_HOME/bin, not {DEFAULT_NVCC}; set CUDA_HOME)")
-    include, version, why = find_include(cutlass_dir)
-    if include is None:
-        missing.append(why)
-    return Environment(arch, nvcc, include, units, version, tuple(missing))
+    """Look for every piece (cheap: no compilation, no device work beyond queries): the GPU's
+    :class:`~tunesmith_cutlass.arch.Arch`, nvcc, and the headers with their version."""
+    missing_nvcc = f"nvcc (not on PATH, not in $CUDA_HOME/bin, not {DEFAULT_NVCC}; set CUDA_HOME)"
+    return gather(_gpu(), find_nvcc(), missing_nvcc, find_include(cutlass_dir))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import attrs
 
-from tunesmith.problem import broadcast_strides
+from tunesmith.plugin import broadcast_strides
+from tunesmith.plugin.native import Gemm as NativeGemm
+from tunesmith.plugin.native import Matrix as NativeMatrix
+from tunesmith.plugin.native import Step, Unsupported, epilogue_of, matrix_of, product_of
 from tunesmith_hookspecs import Problem, TensorMeta
 
-#: the ops served: mm and addmm as one GEMM, bmm batched over L
-OPS = ("mm", "addmm", "bmm")
 #: the dtypes of A and B (float32 only as TF32, where torch allows TF32 for float32 matmuls)
 DTYPES = ("float16", "bfloat16", "float32")
 #: CUTLASS's element types of the dtypes a tensor may have
@@ -38,31 +39,13 @@ UNARY = {
 INT_MAX = 2**31 - 1
 
 
-class Unsupported(ValueError):
-    """The Problem is not one CUTLASS GEMM with an epilogue visitor tree; the message says why."""
-
-
 @attrs.frozen
-class Matrix:
-    """A or B: ``row`` (its second dim has unit stride) or ``col`` (its first has), its leading
-    dimension, batch stride and element offset, and the widest vector (elements) its layout allows;
-    ``copied``: read from a K-major copy that each call makes (:func:`with_k_major_operands`)."""
+class Matrix(NativeMatrix):
+    """A or B with the widest vector (elements) its layout allows; ``copied``: read from a K-major
+    copy that each call makes (:func:`with_k_major_operands`)."""
 
-    name: str
-    rows: int
-    cols: int
-    layout: str
-    ld: int
-    batch_stride: int
-    offset: int
-    dtype: str
     alignment: int
     copied: bool = False
-
-    @property
-    def k_major(self) -> bool:
-        """Whether K is the unit-stride dimension (a row-major A, a column-major B)."""
-        return (self.layout == "row") == (self.name == "A")
 
 
 @attrs.frozen
@@ -77,17 +60,6 @@ class Operand:
     offset: int
     dtype: str
     alignment: int
-
-
-@attrs.frozen
-class Step:
-    """One epilogue step on the float value: a unary op (``relu``...), ``add``/``mul`` with operand
-    ``operand`` or with run-time scalar ``slot``, or ``round`` to ``dtype``."""
-
-    op: str
-    operand: int | None = None
-    slot: int | None = None
-    dtype: str | None = None
 
 
 @attrs.frozen
@@ -123,18 +95,11 @@ class Kind:
 
 
 @attrs.frozen
-class Gemm:
-    """D = epilogue(alpha * A @ B [+ beta * bias]) over ``batch`` matrices, D row-major and contiguous."""
+class Gemm(NativeGemm):
+    """D = epilogue(alpha * A @ B [+ beta * bias]) over ``batch`` matrices, D row-major and contiguous:
+    A and B are this module's :class:`Matrix`, the epilogue reads ``operands``."""
 
-    op: str
-    batch: int
-    m: int
-    n: int
-    k: int
-    a: Matrix
-    b: Matrix
     operands: tuple[Operand, ...]
-    scalars: tuple[float, ...]
     kind: Kind
 
     @property
@@ -152,19 +117,9 @@ def alignment(dtype: str, contiguous: int, *divisible: int) -> int:
 
 
 def _matrix(name: str, meta: TensorMeta, rows: int, cols: int, batched: bool) -> Matrix:
-    s0, s1 = meta.stride[-2:]
-    batch_stride = meta.stride[0] if batched and meta.shape[0] > 1 else 0
-    if cols == 1 or s1 == 1:
-        layout, ld, contiguous = "row", s0 if rows > 1 else max(cols, 1), cols
-    elif rows == 1 or s0 == 1:
-        layout, ld, contiguous = "col", s1 if cols > 1 else max(rows, 1), rows
-    else:
-        raise Unsupported(
-            f"{name} has strides {meta.stride[-2:]}: neither dimension has unit stride (CUTLASS reads "
-            "row- or column-major matrices with one leading dimension; a copy is not made)"
-        )
-    width = alignment(meta.dtype, contiguous, ld, batch_stride, meta.storage_offset)
-    return Matrix(name, rows, cols, layout, ld, batch_stride, meta.storage_offset, meta.dtype, width)
+    m = matrix_of(name, meta, rows, cols, batched)
+    width = alignment(meta.dtype, m.contiguous_size, m.ld, m.batch_stride, m.offset)
+    return Matrix(**attrs.asdict(m, recurse=False), alignment=width)
 
 
 def _operand(index: int, meta: TensorMeta, shape: tuple[int, ...]) -> Operand:
@@ -192,85 +147,42 @@ def _operand(index: int, meta: TensorMeta, shape: tuple[int, ...]) -> Operand:
     return Operand(index, kind, ld, batch, offset, meta.dtype, width)
 
 
-def _steps(problem: Problem, scalars: list[float], operand_of: dict[int, int]) -> list[Step]:
-    """The Problem's epilogue as steps; tensors go to ``operand_of`` (input index -> operand), numbers
-    to ``scalars``."""
-    steps = []
-    for step in problem.epilogue:
-        if step.name in UNARY:
-            steps.append(Step(step.name))
-        elif step.name in ("add", "mul") and step.input is not None:
-            operand_of.setdefault(step.input, len(operand_of))
-            steps.append(Step(step.name, operand=operand_of[step.input]))
-        elif step.name in ("add", "mul"):
-            scalars.append(float(step.scalar))  # type: ignore[arg-type]
-            steps.append(Step(step.name, slot=len(scalars) - 1))
-        elif step.dtype == "float32":
-            continue  # the epilogue computes in float already
-        elif step.dtype in ("float16", "bfloat16"):
-            steps.append(Step("round", dtype=step.dtype))
-        else:
-            raise Unsupported(f"epilogue step {step.name} to {step.dtype} has no CUTLASS mapping here")
-    return steps
-
-
 def describe(problem: Problem, tf32: bool) -> Gemm:
     """The Problem as one CUTLASS GEMM; raises :class:`Unsupported` naming what does not fit.
     ``tf32``: whether float32 inputs may be multiplied as TF32 (torch's float32 matmul precision)."""
-    if problem.op not in OPS:
-        raise Unsupported(f"op {problem.op} is not served (only {', '.join(OPS)})")
-    ins = problem.inputs
-    a_meta, b_meta = (ins[1], ins[2]) if problem.op == "addmm" else (ins[0], ins[1])
-    dtype = a_meta.dtype
-    if dtype not in DTYPES or b_meta.dtype != dtype:
-        raise Unsupported(f"A and B are {a_meta.dtype} and {b_meta.dtype}; the instances take {', '.join(DTYPES)}")
-    if dtype == "float32" and not tf32:
+    p = product_of(problem, DTYPES, tuple(CUTLASS_TYPES), "D")
+    if p.dtype == "float32" and not tf32:
         raise Unsupported(
             "float32 is multiplied as TF32 only, and torch's float32 matmul precision is 'highest' "
             "(torch.set_float32_matmul_precision('high') allows it)"
         )
-    batched = problem.op == "bmm"
-    batch = a_meta.shape[0] if batched else 1
-    m, k = a_meta.shape[-2:]
-    n = b_meta.shape[-1]
-    out = problem.output
-    if out.dtype not in CUTLASS_TYPES:
-        raise Unsupported(f"the output is {out.dtype}; D here is float16, bfloat16 or float32")
-    if out != TensorMeta.contiguous(out.shape, out.dtype, out.device):
-        raise Unsupported(f"the output layout {out.stride} is not contiguous")
-    if k == 0:  # the mainloop waits for a first K tile that never comes: the kernel would hang
+    if p.k == 0:  # the mainloop waits for a first K tile that never comes: the kernel would hang
         raise Unsupported("K is 0: the product is all zeros, and the sm90 mainloop needs a K tile")
-    for what, value in (("M", m), ("N", n), ("K", k), ("the batch", batch)):
+    for what, value in (("M", p.m), ("N", p.n), ("K", p.k), ("the batch", p.batch)):
         if value > INT_MAX:
             raise Unsupported(f"{what} {value} exceeds CUTLASS's 32-bit problem sizes")
-    a = _matrix("A", a_meta, m, k, batched)
-    b = _matrix("B", b_meta, k, n, batched)
-    shape = (batch, m, n) if batched else (m, n)
-
-    alpha, beta = float(problem.scalar("alpha", 1.0)), float(problem.scalar("beta", 1.0))
-    bias = problem.op == "addmm" and beta != 0.0  # beta = 0 reads no bias, as in torch
-    operand_of: dict[int, int] = {0: 0} if bias else {}
-    scalars = [alpha, beta if bias else 0.0]
-    steps = _steps(problem, scalars, operand_of)
-    while steps and steps[-1].op == "round" and steps[-1].dtype == out.dtype:
+    a = _matrix("A", p.a, p.m, p.k, p.batched)
+    b = _matrix("B", p.b, p.k, p.n, p.batched)
+    epilogue = epilogue_of(problem, UNARY)
+    steps = list(epilogue.steps)
+    while steps and steps[-1].op == "round" and steps[-1].dtype == p.out.dtype:
         steps.pop()  # the conversion to D's type rounds the same way
-    operands = tuple(_operand(i, ins[i], shape) for i in sorted(operand_of, key=operand_of.__getitem__))
-    out_alignment = alignment(out.dtype, n, m * n if batched else 0)
+    operands = tuple(_operand(i, problem.inputs[i], p.shape) for i in epilogue.inputs)
     kind = Kind(
-        dtype=dtype,
-        out_dtype=out.dtype,
-        batched=batched,
+        dtype=p.dtype,
+        out_dtype=p.out.dtype,
+        batched=p.batched,
         a_layout=a.layout,
         b_layout=b.layout,
         a_alignment=a.alignment,
         b_alignment=b.alignment,
-        out_alignment=out_alignment,
+        out_alignment=alignment(p.out.dtype, p.n, p.m * p.n if p.batched else 0),
         operands=tuple(OperandKind(o.kind, o.dtype, o.alignment) for o in operands),
-        bias=bias,
+        bias=epilogue.bias,
         steps=tuple(steps),
-        scalars=len(scalars),
+        scalars=len(epilogue.scalars),
     )
-    return Gemm(problem.op, batch, m, n, k, a, b, operands, tuple(scalars), kind)
+    return Gemm(problem.op, p.batch, p.m, p.n, p.k, a, b, epilogue.scalars, operands, kind)
 
 
 def _k_major_copy(matrix: Matrix, batch: int) -> Matrix:

@@ -15,16 +15,11 @@ accepted here builds and accepts the problem.
 
 from __future__ import annotations
 
-import logging
 import math
 
-import attrs
-
-from tunesmith.native_plugin import InstanceParams, Rejected
+from tunesmith.plugin.native import InstanceParams, Rejected, instance_params, sift
 from tunesmith_cutlass.arch import Arch
 from tunesmith_cutlass.gemm import ELEMENT_BYTES, VECTOR_BYTES, Gemm, Kind, with_k_major_operands
-
-log = logging.getLogger(__name__)
 
 SCHEDULES = {"sm90": ("cooperative", "pingpong"), "sm80": ("multistage",)}
 #: threads of a warp group, and accumulator registers a thread may hold before spilling
@@ -38,25 +33,22 @@ CP_ASYNC_BYTES = (4, 8, 16)
 #: bytes of barriers and bookkeeping per mainloop stage (sm90 pipelines)
 STAGE_OVERHEAD = 32
 
-_int = attrs.validators.instance_of(int)
-_str = attrs.validators.instance_of(str)
 
-
-@attrs.frozen
+@instance_params
 class Instance(InstanceParams):
     """The tuning parameters of one instance. ``cluster_*`` are sm90's, ``warps_*`` and ``stages``
     sm80's (sm90 stages come from the builder); the other family's fields keep their defaults."""
 
-    family: str = attrs.field(validator=_str)
-    tile_m: int = attrs.field(validator=_int)
-    tile_n: int = attrs.field(validator=_int)
-    tile_k: int = attrs.field(validator=_int)
-    schedule: str = attrs.field(validator=_str)
-    cluster_m: int = attrs.field(default=1, validator=_int)
-    cluster_n: int = attrs.field(default=1, validator=_int)
-    warps_m: int = attrs.field(default=0, validator=_int)
-    warps_n: int = attrs.field(default=0, validator=_int)
-    stages: int = attrs.field(default=0, validator=_int)
+    family: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    schedule: str
+    cluster_m: int = 1
+    cluster_n: int = 1
+    warps_m: int = 0
+    warps_n: int = 0
+    stages: int = 0
 
     @property
     def name(self) -> str:
@@ -219,7 +211,7 @@ def _sm80_problem_reasons(inst: Instance, gemm: Gemm, arch: Arch) -> list[str]:
                 f"{matrix.name}'s {rows}x{inst.tile_k} tile in {matrix.alignment}-element vectors does not divide "
                 f"among {inst.threads} threads"
             )
-    if gemm.batch > 1:  # measured on the H100 (benchmarks/results/cutlass_check_h100.json): not yet found why
+    if gemm.batch > 1:  # on the H100 (cutlass_conformance_c2f8f26.json, benchmarks/README.md): not yet found why
         reasons.append("sm80 batched launches fail on the GPU (conformance, 2026-11-23): not offered until fixed")
     need = stage_bytes(inst, kind) * inst.stages
     if need > arch.smem_bytes:
@@ -309,14 +301,5 @@ def space(family: str, kind: Kind) -> list[Instance]:
 
 def enumerate_instances(gemm: Gemm, arch: Arch) -> tuple[list[Instance], list[Rejected]]:
     """The valid instances of every family that runs on ``arch``, and the others with their reasons."""
-    valid: list[Instance] = []
-    rejected: list[Rejected] = []
-    for family in arch.families():
-        for inst in space(family, gemm.kind):
-            reasons = validate(inst, gemm, arch)
-            if reasons:
-                rejected.append(Rejected(inst, tuple(reasons)))
-                log.debug("cutlass: %s rejected: %s", inst.name, "; ".join(reasons))
-            else:
-                valid.append(inst)
-    return valid, rejected
+    candidates = (inst for family in arch.families() for inst in space(family, gemm.kind))
+    return sift(candidates, lambda inst: validate(inst, gemm, arch), "cutlass")

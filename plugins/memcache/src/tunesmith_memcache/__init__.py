@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tunesmith.config import parse_seconds
+from tunesmith.plugin import parse_seconds
 from tunesmith_hookspecs import PluginStatus, hookimpl
 from tunesmith_memcache.layer import MemcacheLayer, parse_servers
 
@@ -50,7 +50,7 @@ def tunesmith_plugin_status(options: Any) -> PluginStatus:
 
 
 @hookimpl
-def tunesmith_cache_backends(options: Any) -> list[MemcacheLayer]:
+def tunesmith_cache_layers(options: Any) -> list[MemcacheLayer]:
     return [_layer(options)] if options.memcache_servers else []
 
 

@@ -25,8 +25,7 @@ from urllib.parse import unquote
 from pymemcache.client.base import PooledClient
 from pymemcache.client.rendezvous import RendezvousHash
 
-from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, check_size
-from tunesmith.cache.remote import CHUNK, ENTRY, LOCK, NAMESPACE
+from tunesmith.plugin import CHUNK, ENTRY, LOCK, MAX_ENTRY_BYTES, NAMESPACE, BadEntry, check_size
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunesmith.cache.remote import without_password
-from tunesmith.config import parse_optional_str, parse_seconds
+from tunesmith.plugin import parse_optional_str, parse_seconds, without_password
 from tunesmith_hookspecs import PluginStatus, hookimpl
 from tunesmith_redis.layer import RedisAuthError, RedisLayer
 
@@ -42,7 +41,7 @@ def tunesmith_plugin_status(options: Any) -> PluginStatus:
 
 
 @hookimpl
-def tunesmith_cache_backends(options: Any) -> list[RedisLayer]:
+def tunesmith_cache_layers(options: Any) -> list[RedisLayer]:
     return [_layer(options)] if options.redis_url else []
 
 

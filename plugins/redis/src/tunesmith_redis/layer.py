@@ -20,8 +20,7 @@ from redis.exceptions import AuthenticationError, LockError, ResponseError
 from redis.lock import Lock
 from redis.retry import Retry
 
-from tunesmith.cache.entry import MAX_ENTRY_BYTES, check_size
-from tunesmith.cache.remote import ENTRY, LOCK, NAMESPACE, without_password
+from tunesmith.plugin import ENTRY, LOCK, MAX_ENTRY_BYTES, NAMESPACE, check_size, without_password
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,8 +12,7 @@ import attrs
 import torch
 import triton
 
-from tunesmith.ops import tf32_allowed
-from tunesmith.problem import scratch_like, torch_dtype
+from tunesmith.plugin import scratch_like, tf32_allowed, torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.kernels import (
     CODES,

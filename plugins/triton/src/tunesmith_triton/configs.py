@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tunesmith.problem import torch_dtype
+from tunesmith.plugin import torch_dtype
 from tunesmith_hookspecs import Problem, TensorMeta
 from tunesmith_triton.choice import MIN_SUBTILE_N, Config, TensorDescriptor
 
@@ -67,7 +67,7 @@ SPLIT_K_CONFIGS = (
 #: template (Hopper). Three-stage 128 x 128 tiles fit two programs on an SM, so one's epilogue
 #: overlaps the other's main loop. Wide tiles finish in two column slices, and persistent ones have
 #: a producer warp: on the H100 each was as fast or faster on every single-matrix case timed
-#: (``benchmarks/tma_variants.py``), and a GELU epilogue no longer spills. Batched problems get no
+#: (tma_variants_h100.json, benchmarks/README.md), and a GELU epilogue no longer spills. Batched problems get no
 #: producer warp: with it the best persistent config was 40% slower on bmm and 9% on baddbmm.
 TMA_CONFIGS = (
     (128, 256, 64, 8, 3, True, 2, True),

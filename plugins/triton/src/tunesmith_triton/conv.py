@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tunesmith.problem import torch_dtype
+from tunesmith.plugin import torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
 from tunesmith_triton.configs import _cdiv, affordable, fits, shared_memory, sized

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import attrs
 
-from tunesmith.cost.roofline import math_dtype, peak_flops, problem_bytes
-from tunesmith.problem import torch_dtype
+from tunesmith.plugin import math_dtype, peak_flops, problem_bytes, torch_dtype
 from tunesmith_hookspecs import DeviceInfo, Problem
 from tunesmith_triton.choice import Config, TritonChoice
 from tunesmith_triton.configs import _cdiv, dims, gemm_operands, pipeline_bytes

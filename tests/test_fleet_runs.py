@@ -1,0 +1,201 @@
+"""Fleet tuning with real processes: 8 ``tunesmith tune`` processes over one 32-problem set split
+the cold tune, through each engine (one local cache folder; Redis; memcached; a gloo process
+group's store), with a backend whose tuning costs a fixed second a problem (``fixture_fleet``:
+four choices, each 0.25 s to benchmark). Every problem is tuned exactly once, and the whole
+set takes at most a fifth of one process's time. One process killed halfway: the others finish
+every problem, and only the one it was tuning is tuned twice."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from servers import KINDS, free_port, layer_name
+
+from conftest import run_env
+
+PROBLEMS, PROCESSES, CHOICES = 32, 8, 4
+#: benchmark runs of a choice: one warm-up and three timed
+RUNS = 4
+WORKER = Path(__file__).with_name("fleet_worker.py")
+ENGINES = ("local", "redis", "memcache", "gloo")
+#: in the kill test, a dead holder's lock expires this fast on the servers and the store (file
+#: locks die with it); elsewhere the default, so that a starved heartbeat never loses a lock
+LOCK_TTL_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def problem_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fleet") / "set.json"
+    cases = [{"name": f"mm{i}", "op": "mm", "M": 8 + i, "N": 8, "K": 8, "dtype": "float32"} for i in range(PROBLEMS)]
+    path.write_text(json.dumps({"cases": cases}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_process_s(problem_set: Path, fixture_sites: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The whole set's time in one process alone (no fleet), the runs' yardstick: measured once
+    per session, by whichever pytest-xdist worker needs it first."""
+    shared = _session_folder(tmp_path_factory) / "fleet-one-process.json"
+    with (shared.parent / "fleet-one-process.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not shared.exists():
+            run = Fleet(tmp_path_factory.mktemp("alone"), problem_set, fixture_sites["bench"], "local", 1)
+            outcome = run.finish()
+            assert sum(len(t) for t in outcome["tunings"].values()) == PROBLEMS
+            shared.write_text(json.dumps(outcome["wall_s"]))
+        return json.loads(shared.read_text())
+
+
+def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test session that every pytest-xdist worker shares."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+class Fleet:
+    """``processes`` workers on one engine, started together; ``finish`` collects what they did.
+    One fleet runs at a time in a test session (pytest-xdist workers take turns), so that its
+    processes share the two cores only with one worker's other tests."""
+
+    def __init__(
+        self,
+        root: Path,
+        problem_set: Path,
+        site: Path,
+        engine: str,
+        processes: int,
+        lock_ttl_s: float = 30.0,
+        turn: Path | None = None,
+    ) -> None:
+        self.turn = (turn or root.parent / "fleet-turn.lock").open("w")
+        fcntl.flock(self.turn, fcntl.LOCK_EX)
+        self.root, self.engine, self.log = root, engine, root / "tunings.log"
+        self.start_file, self.end_file = root / "start", root / "end"
+        self.server = KINDS[engine](root / "server").start() if engine in KINDS else None
+        gloo = f"tcp://127.0.0.1:{free_port()}" if engine == "gloo" else None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for rank in range(processes):
+            env = run_env(
+                PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+                FIXTURE_FLEET_LOG=str(self.log),
+                TUNESMITH_BENCHMARK="inprocess",
+                TUNESMITH_BENCH_WARMUP="1",  # four runs of 0.0625 s a choice: 0.25 s
+                TUNESMITH_BENCH_REPEAT="3",
+                OMP_NUM_THREADS="1",  # eight processes share two cores: no spinning thread pools
+                TUNESMITH_CACHE_LOCK_TTL_S=str(lock_ttl_s),
+                # one folder shared on one host; else a folder each, as on hosts of their own
+                TUNESMITH_CACHE_DIR=str(root / ("cache" if engine == "local" else f"cache{rank}")),
+            )
+            if self.server is not None:
+                env[f"TUNESMITH_{self.server.setting.upper()}"] = self.server.address
+                env["TUNESMITH_CACHES"] = f"local,{layer_name(self.server)}"
+            if gloo:
+                env |= {"FLEET_GLOO": gloo, "FLEET_RANK": str(rank), "FLEET_WORLD": str(processes)}
+            out = root / f"out{rank}.json"
+            command = [sys.executable, str(WORKER), str(out), str(self.start_file), str(self.end_file), "--"]
+            command += ["tune", str(problem_set), "--backends", "fixture_fleet"]
+            self.procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        deadline = time.monotonic() + 120  # 8 processes importing torch on 2 cores
+        while not all((root / f"out{r}.ready").exists() for r in range(processes)):
+            assert time.monotonic() < deadline, "the workers did not get ready"
+            assert all(p.poll() is None for p in self.procs), [p.stderr.read().decode()[-2000:] for p in self.procs]
+            time.sleep(0.05)
+        self.start_file.touch()
+
+    def events(self) -> Counter[tuple[int, str, str]]:
+        """(pid, problem shape, event) -> how many the fixture backend logged."""
+        lines = self.log.read_text().split("\n") if self.log.exists() else []
+        return Counter((int(pid), shape, event) for pid, shape, _, _, event in (ln.split() for ln in lines if ln))
+
+    def tunings(self) -> dict[str, list[int]]:
+        """Problem shape -> the pid of each whole tuning of it: benchmark runs of every choice (a
+        rebuild from a cache entry runs none)."""
+        done: dict[str, list[int]] = defaultdict(list)
+        runs = {(pid, shape): n for (pid, shape, event), n in self.events().items() if event == "run"}
+        for (pid, shape), n in runs.items():
+            done[shape] += [pid] * (n // (CHOICES * RUNS))
+        return done
+
+    def kill_halfway(self, rank: int) -> tuple[int, str]:
+        """SIGKILL the worker of ``rank`` once it has tuned a problem and is halfway into the
+        benchmark of its next; its pid and the problem it was tuning."""
+        victim = self.procs[rank]
+        deadline = time.monotonic() + 60
+        while True:
+            runs = {
+                shape: n for (pid, shape, event), n in self.events().items() if pid == victim.pid and event == "run"
+            }
+            whole = [shape for shape, n in runs.items() if n >= CHOICES * RUNS]
+            flight = [shape for shape, n in runs.items() if CHOICES * RUNS // 2 <= n < CHOICES * RUNS]
+            if whole and flight:
+                break
+            assert time.monotonic() < deadline and victim.poll() is None, "the victim tuned nothing"
+            time.sleep(0.005)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        return victim.pid, flight[0]
+
+    def finish(self) -> dict:
+        outs = []
+        try:
+            for rank, proc in enumerate(self.procs):
+                if proc.returncode is not None:  # killed
+                    continue
+                out = self.root / f"out{rank}.json"
+                deadline = time.monotonic() + 300
+                while not out.exists():
+                    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+                    assert time.monotonic() < deadline, f"rank {rank} did not finish"
+                    time.sleep(0.05)
+                time.sleep(0.05)
+                outs.append(json.loads(out.read_text()))
+            self.end_file.touch()
+            for proc in self.procs:
+                proc.wait(timeout=60)
+        finally:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.kill()
+            if self.server is not None:
+                self.server.stop()
+            self.turn.close()
+        assert all(o["code"] == 0 for o in outs), outs
+        wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+        return {"wall_s": wall, "tunings": self.tunings(), "outs": outs}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_eight_processes_tune_each_problem_once_in_a_fifth_of_the_time(
+    engine, problem_set, fixture_sites, one_process_s, tmp_path
+):
+    outcome = Fleet(tmp_path, problem_set, fixture_sites["bench"], engine, PROCESSES).finish()
+    tunings = outcome["tunings"]
+    assert len(tunings) == PROBLEMS and all(len(pids) == 1 for pids in tunings.values()), tunings
+    counters = [o["counters"] for o in outcome["outs"]]
+    assert sum(c.get("autotune_tuned", 0) for c in counters) == PROBLEMS
+    assert sum(c.get("autotune_tuned", 0) > 0 for c in counters) >= PROCESSES // 2  # the work was shared
+    assert outcome["wall_s"] <= one_process_s / 5, (outcome["wall_s"], one_process_s)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_process_killed_halfway_loses_nothing_and_only_its_problem_is_tuned_again(
+    engine, problem_set, fixture_sites, tmp_path
+):
+    run = Fleet(tmp_path, problem_set, fixture_sites["bench"], engine, PROCESSES, lock_ttl_s=LOCK_TTL_S)
+    victim, in_flight = run.kill_halfway(rank=PROCESSES - 1)  # not rank 0: it serves the gloo job's store
+    outcome = run.finish()
+    tunings = outcome["tunings"]
+    assert len(tunings) == PROBLEMS, sorted(tunings)
+    survivors = {o["pid"] for o in outcome["outs"]}
+    assert victim not in survivors
+    assert len(tunings[in_flight]) == 1 and tunings[in_flight][0] in survivors  # taken over, once
+    assert all(len(pids) == 1 for pids in tunings.values()), tunings  # nothing else tuned twice
