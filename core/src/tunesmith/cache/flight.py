@@ -116,8 +116,7 @@ class SingleFlight(Generic[T]):
             if time.monotonic() > deadline:
                 bump("autotune_lock_timeout")
                 warnings.warn(
-                    f"waited {self.wait_s:g} s (cache_lock_wait_s) for another process to tune "
-                    f"{self.key[:16]}...; tuning it here too",
+                    f"waited cache_lock_wait_s for another process to tune {self.key[:16]}...; tuning it here too",
                     TunesmithWarning,
                     stacklevel=3,
                 )
