@@ -14,13 +14,13 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from tunesmith_triton.choice import Config, TritonChoice, precision
 
+from tunesmith.cost.calibrate import time_ms
 from tunesmith.problem import build_problem
 from tunesmith_hookspecs import ChoiceSpec
 
@@ -38,25 +38,15 @@ def timed_us(call: Callable[..., Any], args: Sequence[tuple[torch.Tensor, ...]],
             for a in args:
                 call(*a)
 
-    passes()
-    torch.cuda.synchronize()
     run = passes
     if graph:
+        passes()  # compiled and loaded before the capture
+        torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             passes()
         run = g.replay
-    run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(ROUNDS):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) * 1e3 / (REPS * len(args)))
-    return statistics.median(times)
+    return time_ms(run, torch.device("cuda"), warmup=1, repeat=ROUNDS) * 1e3 / (REPS * len(args))
 
 
 def grid(n: int) -> list[tuple[str, Config]]:

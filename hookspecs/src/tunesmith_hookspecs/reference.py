@@ -271,6 +271,15 @@ def _is_protocol(cls: type) -> bool:
     return Protocol in cls.__mro__[1:] and getattr(cls, "_is_protocol", False)
 
 
+def _described(cls: type) -> Iterator[str]:
+    """A class's docstring, then its members (if any)."""
+    yield markdown(cls.__doc__)
+    members = list(_members(cls))
+    if members:
+        yield ""
+        yield from members
+
+
 def _render_types() -> Iterator[str]:
     comments = _doc_comments(types)
     yield "# Types that cross the boundary"
@@ -297,11 +306,7 @@ def _render_types() -> Iterator[str]:
         yield _attrs_signature(cls)
         yield "```"
         yield ""
-        yield markdown(cls.__doc__)
-        members = list(_members(cls))
-        if members:
-            yield ""
-            yield from members
+        yield from _described(cls)
     yield ""
     yield "# Protocols"
     yield ""
@@ -314,11 +319,7 @@ def _render_types() -> Iterator[str]:
         yield ""
         yield f"## {cls.__name__}" + (f" (a {', '.join(bases)})" if bases else "")
         yield ""
-        yield markdown(cls.__doc__)
-        members = list(_members(cls))
-        if members:
-            yield ""
-            yield from members
+        yield from _described(cls)
 
 
 def _render_serde() -> Iterator[str]:

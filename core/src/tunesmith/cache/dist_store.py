@@ -20,8 +20,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 NAME = "torch_distributed"
-#: prefix of every key tunesmith writes in the job's store
-PREFIX = "tunesmith/"
+#: prefix of every key tunesmith writes in the job's store (``PrefixStore`` adds the "/")
+PREFIX = "tunesmith"
 
 
 def default_store() -> Any | None:
@@ -50,7 +50,7 @@ class DistributedStoreLayer:
     def __init__(self, store: Any) -> None:
         import torch.distributed as dist
 
-        self.store = dist.PrefixStore(PREFIX.rstrip("/"), store)  # PrefixStore adds the "/"
+        self.store = dist.PrefixStore(PREFIX, store)
         self._mine: dict[str, str] = {}  # token -> the lock value this process last wrote
 
     def get(self, key: str) -> bytes | None:
