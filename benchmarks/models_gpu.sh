@@ -9,8 +9,9 @@
 # GPU0_MODELS, GPU1_MODELS and LAST_MODELS change the split, VARIANTS the rows (in the order they
 # run: max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a
 # max-autotune process may take (600) and LAST_LIMIT that for LAST_MODELS (450); WORK is where rows
-# and logs go (/tmp/models). Rows already in WORK's gpu0.json and gpu1.json are kept (--resume):
-# copy a stopped run's files there to finish it.
+# and logs go (/tmp/models), KERNELS where each row's table of profiled kernels goes ($OUT/kernels).
+# Rows already in WORK's gpu0.json and gpu1.json are kept (--resume): copy a stopped run's files
+# there to finish it.
 set -u
 source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
@@ -23,7 +24,7 @@ NOT_MA=$(echo "$ORDER" | tr , '\n' | grep -v '^max_autotune' | paste -sd,)
 run() {  # GPU CPUS JSON ARGS...
     local gpu=$1 cpus=$2 json=$3; shift 3
     CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 benchmarks/models.py --warm tunesmith --resume \
-        --limit "${LIMIT:-600}" --json "$json" "$@"
+        --limit "${LIMIT:-600}" --kernels "${KERNELS:-$OUT/kernels}" --json "$json" "$@"
 }
 run 0 "0-$((H - 1))" "$WORK/gpu0.json" --models "${GPU0_MODELS:-gpt2,mlp_decode,llama}" --variants "$ORDER" \
     > "$WORK/gpu0.log" 2>&1 &

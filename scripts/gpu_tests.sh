@@ -20,7 +20,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee -a "$OUT/env.txt"
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-    files=(tests/test_correctness.py tests/test_selection.py tests/test_cache.py tests/test_triton.py
+    files=(tests/test_timing.py tests/test_correctness.py tests/test_selection.py tests/test_cache.py tests/test_triton.py
         tests/test_calibrate.py tests/test_compile.py tests/test_compile_modes.py conformance:aten)
 fi
 for file in "${files[@]}"; do

@@ -58,3 +58,64 @@ def test_measured_noise_widens_the_tie_by_twice_the_standard_error_of_the_differ
 def test_failed_choices_are_not_ranked_and_the_rest_follow_in_order():
     timings = [Timing(A, float("inf"), "boom"), Timing(B, 2.0), Timing(C, 1.0)]
     assert ranked(timings, 0.01, 10) == [2, 1]
+
+
+def test_off_the_gpu_a_choice_reads_one_input_set():
+    from tunesmith.bench.inprocess import input_sets
+    from tunesmith.config import Options
+    from tunesmith.problem import build_problem
+
+    a, b = torch.randn(8, 4), torch.randn(4, 8)
+    problem, _ = build_problem("mm", [a, b], {})
+    sets = input_sets(problem, [a, b], Options())
+    assert len(sets) == 1 and sets[0][0] is a and sets[0][1] is b
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs: run by scripts/gpu_tests.sh")
+
+
+@needs_gpu
+def test_on_the_gpu_copies_of_the_inputs_fill_twice_the_l2_cache_with_their_layout():
+    from tunesmith.bench.timing import FLUSH_FACTOR, MAX_INPUT_COPIES, _l2_bytes, rotating_inputs
+    from tunesmith.problem import build_problem
+
+    a = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16).t()  # a transposed operand
+    problem, _ = build_problem("mm", [a, b], {})
+    sets = rotating_inputs(problem, [a, b])
+    per_set = a.nbytes + b.nbytes
+    assert sets[0] == (a, b)
+    assert len(sets) == min(MAX_INPUT_COPIES, -(-FLUSH_FACTOR * _l2_bytes(a.device) // per_set))
+    for x, y in sets[1:]:
+        assert x.stride() == a.stride() and y.stride() == b.stride() and y.dtype == b.dtype
+        assert not torch.equal(x, a) and bool(x.ne(0).all())
+
+
+@needs_gpu
+def test_a_kernel_timed_in_a_graph_takes_what_its_calls_take_back_to_back():
+    from tunesmith.bench.timing import time_in_graph
+
+    device = torch.device("cuda")
+    sets = [(torch.randn(4096, 4096, device=device), torch.randn(4096, 4096, device=device)) for _ in range(2)]
+    calls = [lambda a=a, b=b: torch.mm(a, b) for a, b in sets]
+    timed = time_in_graph(calls, device, warmup=1, repeat=5)
+    assert timed is not None and timed.samples == 5
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        for call in calls:
+            call()
+    end.record()
+    end.synchronize()
+    back_to_back = start.elapsed_time(end) / 20
+    assert 0.8 < timed.ms / back_to_back < 1.2, (timed.ms, back_to_back)
+
+
+@needs_gpu
+def test_calls_that_cannot_be_captured_are_not_timed_in_a_graph():
+    from tunesmith.bench.timing import time_in_graph
+
+    x = torch.randn(64, device="cuda")
+    assert time_in_graph([lambda: x.sum().item()], x.device, warmup=1, repeat=3) is None
+    assert torch.cuda.is_current_stream_capturing() is False
+    assert torch.mm(torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda")).shape == (8, 8)

@@ -167,6 +167,11 @@ class Options:
     disabled_plugins: tuple[str, ...] = _field((), lambda v: parse_names(v) or (), "plugins not to load or call")
     bench_warmup: int = _field(2, parse_int(0), "untimed runs of each choice before timing")
     bench_repeat: int = _field(10, parse_int(1), "timed runs of each choice; the median is kept")
+    bench_graph: bool = _field(
+        True,
+        parse_bool,
+        "on a GPU, time a choice as a CUDA graph of calls over rotating input copies, as a compiled model runs it",
+    )
     bench_timeout_s: float = _field(
         180.0,
         lambda v: parse_seconds(v, optional=False),

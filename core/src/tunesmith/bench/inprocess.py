@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -18,7 +19,15 @@ from typing import Any
 
 import torch
 
-from tunesmith.bench.timing import Measurement, check_output, give_up_after, synchronize, time_callable
+from tunesmith.bench.timing import (
+    Measurement,
+    check_output,
+    give_up_after,
+    rotating_inputs,
+    synchronize,
+    time_callable,
+    time_in_graph,
+)
 from tunesmith.config import Options
 from tunesmith.counting import bump
 from tunesmith.plugins import describe_error
@@ -66,21 +75,38 @@ def precompile_all(choices: Sequence[Choice], threads: int) -> list[str | None]:
         return list(pool.map(precompile_one, choices))
 
 
+def input_sets(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -> list[tuple[torch.Tensor, ...]]:
+    """The input sets a choice's timed calls read in turn: ``inputs``, and on a GPU timed in CUDA
+    graphs, random copies enough to evict the L2 cache (made once per Problem)."""
+    on_gpu = bool(inputs) and inputs[0].device.type == "cuda"
+    return rotating_inputs(problem, inputs) if on_gpu and options.bench_graph else [tuple(inputs)]
+
+
 def measure(
     problem: Problem,
     choice: Choice,
-    inputs: Sequence[torch.Tensor],
+    sets: Sequence[Sequence[torch.Tensor]],
     device: torch.device,
     options: Options,
     give_up_ms: float | None = None,
 ) -> Measurement:
-    """Check one (precompiled) choice's output layout, then time it."""
+    """Check one (precompiled) choice's output layout, then time it over the input ``sets``
+    (:func:`input_sets`; the first is the Problem's own inputs)."""
     kernel = choice.kernel()
+    inputs = sets[0]
+    warmup, repeat = options.bench_warmup, options.bench_repeat
     with torch.no_grad():
         out = kernel(*inputs)
         synchronize(device)
         check_output(problem, out)
-        return time_callable(lambda: kernel(*inputs), device, options.bench_warmup, options.bench_repeat, give_up_ms)
+        del out
+        if device.type == "cuda" and options.bench_graph:
+            calls = [functools.partial(kernel, *each) for each in sets]
+            timed = time_in_graph(calls, device, warmup, repeat, give_up_ms)
+            if timed is not None:
+                return timed
+            bump("bench_graph_failed")
+        return time_callable(lambda: kernel(*inputs), device, warmup, repeat, give_up_ms)
 
 
 def out_of_budget(options: Options, start: float) -> bool:
@@ -99,6 +125,7 @@ def time_inprocess(
     so far (for the early stop) is ``best_ms``."""
     errors = precompile_all(choices, options.compile_threads)
     device = inputs[0].device if inputs else torch.device("cpu")
+    sets = input_sets(problem, inputs, options)
     timings = []
     for choice, error in zip(choices, errors, strict=True):
         if error is None and out_of_budget(options, start) and (best_ms is not None or any(t.ok for t in timings)):
@@ -106,7 +133,7 @@ def time_inprocess(
             continue
         if error is None:
             try:
-                m = measure(problem, choice, inputs, device, options, give_up_after(best_ms))
+                m = measure(problem, choice, sets, device, options, give_up_after(best_ms))
             except Exception as exc:  # noqa: BLE001 - a failing candidate is timed as infinite
                 bump("choice_failed")
                 error = f"run: {describe_error(exc)}"

@@ -1,15 +1,17 @@
-"""Timing one callable: warm-up, then the median of repeats, with the spread as the noise.
+"""Timing one kernel: warm-up, then the median of repeats, with the spread as the noise.
 
-On a GPU each repeat is timed with CUDA events, every repeat enqueued back to back behind a short
-spin kernel and one sync at the end, so that the GPU never waits for Python to launch the next
-call (a small kernel would otherwise be timed with that gap); the L2 cache is flushed before each
-repeat so that a small problem does not run from a cache the real program would have evicted.
-A choice whose first repeats are already far slower than the best so far is not timed further:
-it cannot win.
+On a GPU a kernel is timed as a compiled model runs it: many calls captured in one CUDA graph,
+reading rotating copies of the inputs (so that no call finds its operands in L2), each replay a
+repeat (:func:`time_in_graph`). Without a graph (``bench_graph`` off, or calls that cannot be
+captured), each repeat is one call between CUDA events, all enqueued back to back behind a short
+spin kernel so that the GPU never waits for Python, with the L2 cache flushed before each
+(:func:`time_callable`). A choice whose first repeats are already far slower than the best so far
+is not timed further: it cannot win.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -19,7 +21,10 @@ from typing import Any
 import attrs
 import torch
 
+from tunesmith.problem import tensor_like
 from tunesmith_hookspecs import Problem
+
+log = logging.getLogger(__name__)
 
 #: a choice slower than this times the best so far stops after its probe repeats
 EARLY_STOP_FACTOR = 2.0
@@ -31,6 +36,11 @@ _FALLBACK_L2_BYTES = 64 << 20
 #: GPU time held per repeat beyond the launch cost (the flush and the kernel's own launch)
 HOLD_PER_REPEAT_MS = 0.05
 MAX_HOLD_MS = 100.0
+#: GPU time one graph replay aims at: enough calls that a replay's launch is noise
+GRAPH_TARGET_MS = 1.0
+MAX_GRAPH_CALLS = 256
+#: most copies of a Problem's inputs that a graph's calls read in turn
+MAX_INPUT_COPIES = 32
 
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
 _sleep_rates: dict[torch.device, float] = {}
@@ -45,12 +55,16 @@ class Measurement:
     samples: int
 
 
+def _l2_bytes(device: torch.device) -> int:
+    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or _FALLBACK_L2_BYTES
+
+
 def _flush_buffer(device: torch.device) -> torch.Tensor:
     buf = _flush_buffers.get(device)
     if buf is None:
-        props = torch.cuda.get_device_properties(device)
-        l2 = getattr(props, "L2_cache_size", 0) or _FALLBACK_L2_BYTES
-        buf = _flush_buffers[device] = torch.empty(FLUSH_FACTOR * l2 // 4, dtype=torch.int32, device=device)
+        buf = _flush_buffers[device] = torch.empty(
+            FLUSH_FACTOR * _l2_bytes(device) // 4, dtype=torch.int32, device=device
+        )
     return buf
 
 
@@ -124,6 +138,79 @@ def time_callable(
     samples = sample(min(PROBE_REPEATS, repeat))
     if repeat > len(samples) and (give_up_ms is None or statistics.median(samples) <= give_up_ms):
         samples += sample(repeat - len(samples))
+    return Measurement(statistics.median(samples), noise(samples), len(samples))
+
+
+def rotating_inputs(problem: Problem, inputs: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
+    """``inputs`` and enough random copies of the Problem's inputs that reading them all in turn
+    evicts the L2 cache (``FLUSH_FACTOR`` times its size, at most ``MAX_INPUT_COPIES`` sets)."""
+    device = inputs[0].device if inputs else torch.device("cpu")
+    if device.type != "cuda":
+        return [tuple(inputs)]
+    nbytes = sum(t.untyped_storage().nbytes() for t in inputs) or 1
+    copies = min(MAX_INPUT_COPIES, max(1, math.ceil(FLUSH_FACTOR * _l2_bytes(device) / nbytes)))
+    return [tuple(inputs)] + [tuple(tensor_like(meta, device) for meta in problem.inputs) for _ in range(copies - 1)]
+
+
+def _event_ms(fn: Callable[[], Any]) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _capture(calls: Sequence[Callable[[], Any]], count: int, device: torch.device) -> torch.cuda.CUDAGraph | None:
+    """One CUDA graph of ``count`` calls, in turn; None (logged) when they cannot be captured."""
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(device)
+    try:
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):  # libraries set up their per-stream state before the capture
+            for call in calls:
+                call()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            for i in range(count):
+                calls[i % len(calls)]()
+    except Exception as exc:  # noqa: BLE001 - such a kernel is timed without a graph
+        log.debug("not timed in a CUDA graph: %s", exc)
+        return None
+    return graph
+
+
+def time_in_graph(
+    calls: Sequence[Callable[[], Any]], device: torch.device, warmup: int, repeat: int, give_up_ms: float | None = None
+) -> Measurement | None:
+    """Time one kernel's ``calls`` (the same kernel on different inputs) as a CUDA graph replays
+    them: per call, from ``repeat`` replays of a graph of many calls (or the first
+    ``PROBE_REPEATS`` when their median already exceeds ``give_up_ms``). None when the calls
+    cannot be captured."""
+    with torch.cuda.device(device):
+        for _ in range(max(warmup, 1)):
+            for call in calls:
+                call()
+        per_call = _event_ms(lambda: [call() for call in calls]) / len(calls)
+        count = min(MAX_GRAPH_CALLS, max(1, math.ceil(GRAPH_TARGET_MS / max(per_call, 1e-6))))
+        graph = _capture(calls, count, device)
+        if graph is None:
+            return None
+        graph.replay()  # the first replay uploads the graph
+
+        def sample(n: int) -> list[float]:
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+            torch.cuda.synchronize()
+            _hold(device, 2 * n * HOLD_PER_REPEAT_MS)
+            for start, end in events:
+                start.record()
+                graph.replay()
+                end.record()
+            torch.cuda.synchronize()
+            return [start.elapsed_time(end) / count for start, end in events]
+
+        samples = sample(min(PROBE_REPEATS, repeat))
+        if repeat > len(samples) and (give_up_ms is None or statistics.median(samples) <= give_up_ms):
+            samples += sample(repeat - len(samples))
     return Measurement(statistics.median(samples), noise(samples), len(samples))
 
 

@@ -163,7 +163,7 @@ class Server:
         return {"error": error, "away_s": here - began, "here_s": time.monotonic() - here}
 
     def _time(self, job: dict[str, Any]) -> dict[str, Any]:
-        from tunesmith.bench.inprocess import measure
+        from tunesmith.bench.inprocess import input_sets, measure
 
         session = self.session
         assert session is not None, "a job before setup"
@@ -171,7 +171,9 @@ class Server:
         if job["index"] not in session["precompiled"]:
             choice.precompile()  # a fresh worker after a crash: compile caches make this cheap
             session["precompiled"].add(job["index"])
-        m = measure(session["problem"], choice, session["inputs"], self.device, session["options"], job["give_up_ms"])
+        if "sets" not in session:  # the timed calls' input copies, made at the Problem's first timing
+            session["sets"] = input_sets(session["problem"], session["inputs"], session["options"])
+        m = measure(session["problem"], choice, session["sets"], self.device, session["options"], job["give_up_ms"])
         return {"ms": m.ms, "noise": m.noise}
 
 
