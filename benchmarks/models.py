@@ -335,6 +335,8 @@ def measure(model_name: str, variant: str, device: str, small: bool, timed: bool
         kernels = os.environ.get(KERNELS_ENV)
         table_path = Path(kernels) / f"{model_name}-{variant}.txt" if kernels else None
         row["gpu_ms"] = round(gpu_ms(lambda: step(fn), table_path), 4)
+        if table_path is not None:
+            host_profile(lambda: step(fn), table_path.with_suffix(".host.txt"))
         with contextlib.suppress(Exception):  # without NVML the row goes without it
             row["sm_clock_mhz"] = torch.cuda.clock_rate()  # a card slowed by sustained load shows here
     return row
@@ -373,6 +375,27 @@ def gpu_ms(run: Callable[[], Any], table_path: Path | None = None) -> float:
         table_path.parent.mkdir(parents=True, exist_ok=True)
         table_path.write_text(prof.key_averages().table(sort_by="self_device_time_total", row_limit=40) + "\n")
     return total_us / 1e3 / PROFILED
+
+
+def host_profile(run: Callable[[], Any], path: Path) -> None:
+    """Where the host's time goes over ``PROFILED`` steps (cProfile, by own time): a row whose step
+    time exceeds its GPU time is bound by it."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(PROFILED):
+        run()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+    path.write_text(text.getvalue())
 
 
 def rel_err(a: Any, b: Any) -> float:
@@ -648,7 +671,9 @@ def main() -> None:
     parser.add_argument("--limit-other", type=float, default=300.0, help="seconds any other process may take")
     parser.add_argument("--warm", type=lambda s: s.split(","), default=list(WARM), help="variants timed warm too")
     parser.add_argument("--json", help="write the rows here (as they finish)")
-    parser.add_argument("--kernels", help="write each row's profiled kernels, by name, to a table in this folder")
+    parser.add_argument(
+        "--kernels", help="write each row's profiled kernels, by name, and its host profile to tables in this folder"
+    )
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --json, run the others")
     parser.add_argument("--chart", help="draw the step-time chart (PNG) here")
     parser.add_argument("--chart-only", help="redraw the chart and table from this JSON file, measure nothing")
