@@ -88,7 +88,7 @@ def test_on_the_gpu_copies_of_the_inputs_fill_twice_the_l2_cache_with_their_layo
     assert len(sets) == min(MAX_INPUT_COPIES, -(-FLUSH_FACTOR * _l2_bytes(a.device) // per_set))
     for x, y in sets[1:]:
         assert x.stride() == a.stride() and y.stride() == b.stride() and y.dtype == b.dtype
-        assert not torch.equal(x, a) and bool(x.ne(0).all())
+        assert not torch.equal(x, a) and x.ne(0).float().mean() > 0.99  # random, not zeros
 
 
 @needs_gpu
