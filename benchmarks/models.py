@@ -251,7 +251,17 @@ def compiled(variant: str, model: Any) -> Any:
 # --- one process: one model, one variant ---
 
 
-def measure(model_name: str, variant: str, device: str, small: bool, timed: bool) -> dict[str, Any]:
+def measure(
+    model_name: str,
+    variant: str,
+    device: str,
+    small: bool,
+    timed: bool,
+    plan: dict[str, Any] | None = None,
+    ready: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """One process's row. ``plan`` collects each Problem's chosen specs (:func:`watch_choices`);
+    ``ready`` is called just before the first step's clock starts (fleet.py: a barrier of the ranks)."""
     import torch
 
     torch.manual_seed(0)
@@ -293,8 +303,10 @@ def measure(model_name: str, variant: str, device: str, small: bool, timed: bool
 
     ref_out = step(model).detach().clone()
     ref_grads = grads()
-    chosen = watch_choices() if variant.startswith("tunesmith") else None
+    chosen = watch_choices(plan) if variant.startswith("tunesmith") else None
     fn = compiled(variant, model)
+    if ready is not None:
+        ready()
     sync()
     start = time.perf_counter()
     out = step(fn)
@@ -342,11 +354,13 @@ def measure(model_name: str, variant: str, device: str, small: bool, timed: bool
     return row
 
 
-def watch_choices() -> Any:
-    """A count of the kernels tunesmith chooses in this process, by backend and template."""
+def watch_choices(plan: dict[str, Any] | None = None) -> Any:
+    """A count of the kernels tunesmith chooses in this process, by backend and template; with
+    ``plan``, also each Problem's chosen specs by its key (what fleet.py compares across ranks)."""
     from collections import Counter
 
     import tunesmith
+    from tunesmith.selection import describe
 
     chosen: Counter[str] = Counter()
 
@@ -354,6 +368,10 @@ def watch_choices() -> Any:
         @tunesmith.hookimpl
         def tunesmith_selection_done(self, report: Any) -> None:
             chosen[f"{report.chosen.backend}:{report.chosen.template}"] += 1
+            if plan is not None:
+                entry = plan.setdefault(report.problem.key(), {"problem": describe(report.problem), "specs": []})
+                if str(report.chosen) not in entry["specs"]:
+                    entry["specs"].append(str(report.chosen))
 
     tunesmith.register(Watch(), "models_watch")
     return chosen

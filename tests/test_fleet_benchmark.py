@@ -1,0 +1,49 @@
+"""benchmarks/fleet.py end to end on the CPU (``--small``: tiny GPT-2, gloo, aten only): a lone rank,
+then a 2-rank torchrun job, both cold; the JSON it writes says the ranks' plans are identical and
+each problem was tuned once across them. A failing rank makes it exit 1 with the rank's last lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, run_env
+
+SCRIPT = REPO / "benchmarks" / "fleet.py"
+
+
+def fleet(tmp_path, **env: str) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "fleet.json"
+    command = [sys.executable, str(SCRIPT), "--small", "--limit", "150", "--json", str(out)]
+    return subprocess.run(
+        command, env=run_env(TMPDIR=str(tmp_path), **env), capture_output=True, text=True, timeout=400
+    )
+
+
+def test_two_ranks_split_the_cold_tune_and_run_the_same_plan(tmp_path):
+    proc = fleet(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    body = json.loads((tmp_path / "fleet.json").read_text())
+    for field in ("device", "torch", "triton", "commit", "ratio", "bar", "meets_bar", "job_s", "caches"):
+        assert field in body, field
+    assert body["device"] == "cpu" and body["benchmark"] == "fleet" and body["bar"] == 0.6
+    assert body["plans_identical"] and body["tuned_once"] and body["store_layer"], body
+    alone, *ranks = body["rows"]
+    assert (alone["ranks"], [r["rank"] for r in ranks]) == (1, [0, 1])
+    assert not alone["store_layer"] and all(r["store_layer"] and r["backends"] == ["aten"] for r in ranks)
+    plans = [{key: entry["specs"] for key, entry in r["plan"].items()} for r in ranks]
+    assert plans[0] == plans[1] and all(len(specs) == 1 for specs in plans[0].values())
+    assert set(plans[0]) == set(alone["plan"]) and len(plans[0]) == body["problems"] > 0
+    assert sum(r["counters"].get("autotune_tuned", 0) for r in ranks) == body["problems"] == body["tuned"]
+    assert alone["counters"]["autotune_tuned"] == body["problems"]
+    expected = max(r["first_step_s"] for r in ranks) / alone["first_step_s"]
+    assert abs(body["ratio"] - expected) < 1e-3 and body["meets_bar"] == (body["ratio"] <= 0.6)
+    assert "plans identical across the 2 ranks: yes" in proc.stdout
+
+
+def test_a_failing_rank_fails_the_run_with_its_last_lines(tmp_path):
+    proc = fleet(tmp_path, TUNESMITH_BENCH_REPEAT="none")  # every rank's compile fails on the setting
+    assert proc.returncode == 1
+    assert "the 1-rank job exit 1" in proc.stdout and "bench_repeat" in proc.stdout
+    assert not (tmp_path / "fleet.json").exists()
