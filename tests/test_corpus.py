@@ -1,8 +1,11 @@
-"""Problem files on the CPU: every epilogue step through the benchmarks' eager path."""
+"""The shape corpus (benchmarks/corpus/) on the CPU: the committed cases and split; every epilogue
+step through the benchmarks' eager path."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +21,7 @@ from tunesmith_hookspecs import EPILOGUE_OPS
 from conftest import REPO
 
 BENCHMARKS = REPO / "benchmarks"
+CORPUS = BENCHMARKS / "corpus" / "corpus.json"
 #: one step of each kind, with the operand the problem-set format gives it, and what it must compute
 STEPS = {
     "relu": ("relu", torch.relu),
@@ -40,6 +44,37 @@ def _module(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def _raw() -> list[dict]:
+    return json.loads(CORPUS.read_text())["cases"]
+
+
+def test_the_corpus_loads_with_unique_names_a_source_and_a_split_each():
+    cases = problemset.load(CORPUS)
+    raw = _raw()
+    assert len(cases) >= 150
+    assert len({c.name for c in cases}) == len(cases)
+    assert all(isinstance(r.get("source"), str) and r["source"] for r in raw)
+    assert {r["split"] for r in raw} == {"train", "test"}
+    assert {c.op for c in cases} == {"mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv"}
+    assert {c.dtype for c in cases} == {"bfloat16", "float16", "float32"}
+
+
+def test_the_split_is_the_committed_hash_rule_and_both_halves_are_substantial():
+    seed = _module(BENCHMARKS / "corpus" / "build.py").SPLIT_SEED
+    raw = _raw()
+    for r in raw:
+        first_byte = hashlib.sha256((seed + r["name"]).encode()).digest()[0]
+        assert r["split"] == ("test" if first_byte < 128 else "train"), r["name"]
+    tests = sum(r["split"] == "test" for r in raw)
+    assert 0.35 * len(raw) < tests < 0.65 * len(raw)
+
+
+def test_the_committed_corpus_is_what_build_py_writes_and_fits_the_byte_cap():
+    build = _module(BENCHMARKS / "corpus" / "build.py")
+    assert build.build() == _raw()
+    assert max(build.nbytes(c) for c in _raw()) <= build.MAX_BYTES
 
 
 @pytest.mark.parametrize("name", EPILOGUE_OPS)
