@@ -1,11 +1,12 @@
-"""The shape corpus (benchmarks/corpus/) on the CPU: the committed cases and split; every epilogue
-step through the benchmarks' eager path."""
+"""The shape corpus (benchmarks/corpus/) and its benchmark, on the CPU: the committed cases and
+split, every epilogue step through the benchmarks' eager path, and corpus.py end to end in --small."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,7 +19,7 @@ from tunesmith import problemset
 from tunesmith.errors import ProblemError
 from tunesmith_hookspecs import EPILOGUE_OPS
 
-from conftest import REPO
+from conftest import REPO, run_env
 
 BENCHMARKS = REPO / "benchmarks"
 CORPUS = BENCHMARKS / "corpus" / "corpus.json"
@@ -77,6 +78,17 @@ def test_the_committed_corpus_is_what_build_py_writes_and_fits_the_byte_cap():
     assert max(build.nbytes(c) for c in _raw()) <= build.MAX_BYTES
 
 
+def test_every_case_runs_eagerly_in_its_small_form():
+    """Every case's layouts, epilogue and conv parameters make a valid problem (at --small's sizes)."""
+    corpus, gemm = _module(BENCHMARKS / "corpus.py"), _module(BENCHMARKS / "gemm.py")
+    for case in problemset.load(CORPUS):
+        small = corpus.small_case(case)
+        assert all(small.fields[k] <= 64 for k in ("M", "N", "K", "in_channels", "height") if k in small.fields)
+        tensors, scalars = problemset.make_inputs(small, "cpu", seed=1)
+        out = gemm._eager(small)(scalars, *tensors)
+        assert torch.isfinite(out).all(), case.name
+
+
 @pytest.mark.parametrize("name", EPILOGUE_OPS)
 def test_every_epilogue_step_runs_through_the_benchmarks_eager_path(name):
     gemm = _module(BENCHMARKS / "gemm.py")
@@ -105,3 +117,61 @@ def test_a_bmm_case_can_take_a_transposed_b():
     case = problemset.Case("b", "bmm", "float32", {"B": 2, "M": 3, "N": 5, "K": 4, "layout_b": "col"})
     _, b = problemset.make_inputs(case, "cpu")[0]
     assert b.shape == (2, 4, 5) and b.stride() == (20, 1, 4)
+
+
+def _corpus(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(BENCHMARKS / "corpus.py"), "--small", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=run_env(), timeout=300)
+
+
+def test_corpus_py_small_runs_end_to_end_and_resume_skips_done_cases(tmp_path):
+    """Two cases through every path on the CPU, then a resumed run that measures nothing again."""
+    names = ["llama3-8b.mlp.down_proj.dW.t2048.bf16", "gpt2.attn.dV.b96.q1024.k1024.fp16"]  # A transposed
+    result = tmp_path / "corpus.json"
+    first = _corpus("--json", str(result), "--cases", ",".join(names), "--chart", str(tmp_path / "corpus.png"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    body = json.loads(result.read_text())
+    assert body["device"] == "cpu" and body["small"] and not body["partial"]
+    rows = body["cases"]
+    assert sorted(r["name"] for r in rows) == sorted(names)
+    required = ("name", "split", "source", "aten_gpu_ms", "tunesmith_gpu_ms", "exhaustive_gpu_ms", "inductor_gpu_ms")
+    required += ("tunesmith_tune_s", "inductor_compile_s", "tunesmith_spec", "exhaustive_tune_s", "aten_do_bench_ms")
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        assert all(row[key] is not None for key in required), row
+        assert row["tunesmith_spec"].startswith("aten:") and row["tunesmith_cold_source"] == "tuned"
+        assert [spec for spec, _, _ in row["exhaustive_choices"]] == ["aten:eager"]  # every choice timed, by spec
+        assert max(row[f"{p}_rel_error"] for p in ("aten", "tunesmith", "exhaustive", "inductor")) < 1e-4
+    assert body["summary"]["all"]["cases"] == 2
+    assert (tmp_path / "corpus.png").stat().st_size > 0
+
+    again = _corpus("--json", str(result), "--cases", ",".join(names), "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming: 2 cases done" in again.stderr and "no case left: 2 rows" in again.stderr
+    assert "..." not in again.stderr  # no case started
+    assert json.loads(result.read_text())["cases"] == rows
+
+
+def test_merge_joins_parts_in_corpus_order_and_a_good_row_beats_an_error(tmp_path):
+    corpus = _module(BENCHMARKS / "corpus.py")
+    names = [r["name"] for r in _raw()[:3]]
+
+    def row(name, **extra):
+        base = {"name": name, "split": "test", "source": "s", "same_spec": True}
+        for p in ("aten", "tunesmith", "exhaustive", "inductor"):
+            base |= {f"{p}_gpu_ms": 1.0, f"{p}_do_bench_ms": 1.0}
+        base |= {"tunesmith_tune_s": 1.0, "exhaustive_tune_s": 2.0, "inductor_compile_s": 4.0}
+        return base | corpus.ratios(base) | extra
+
+    parts = [
+        {"device": "X", "cases": [row(names[2]), {"name": names[0], "split": "test", "source": "s", "error": "boom"}]},
+        {"device": "X", "cases": [row(names[0]), row(names[1], aten_gpu_ms=2.0)]},
+    ]
+    paths = []
+    for i, part in enumerate(parts):
+        paths.append(tmp_path / f"part{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    merged = corpus.merge([str(p) for p in paths], str(CORPUS))
+    assert [r["name"] for r in merged["cases"]] == names and "error" not in merged["cases"][0]
+    assert merged["device"] == "X" and merged["summary"]["test"]["cases"] == 3
+    assert merged["summary"]["test"]["median_tune_over_median_compile"] == 0.25
