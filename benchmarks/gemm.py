@@ -58,7 +58,7 @@ def _fresh_caches() -> Path:
     return root
 
 
-def warm_process() -> None:
+def warm_process(backends: list[str] = BACKENDS) -> None:
     """Pay what a process pays once, whatever it tunes, before any clock starts: CUDA, the benchmark
     worker's start with its compile processes, and Triton's first use in each of them and here (an
     exhaustive tune of a small problem of another shape, which reaches every compile process; kept
@@ -69,7 +69,7 @@ def warm_process() -> None:
     import tunesmith
 
     t = torch.randn(24, 40, device=DEVICE, dtype=torch.float16)
-    tunesmith.tune("mm", t, t.t().contiguous(), options={"backends": BACKENDS, "caches": [], "prune": None})
+    tunesmith.tune("mm", t, t.t().contiguous(), options={"backends": backends, "caches": [], "prune": None})
     _sync()
 
 
@@ -102,22 +102,25 @@ def _cold_tune(name: str, variant: str) -> dict[str, Any]:
 
 
 def _eager(case: Any) -> Any:
-    """The ATen path: the torch op, then its epilogue as separate torch calls."""
-    import torch
-    import torch.nn.functional as F
-
+    """The ATen path: the torch op, then its epilogue as separate torch calls (the core's own
+    semantics, ``ops.apply_steps``, so every step a problem file allows runs here)."""
     from tunesmith import ops, problemset
 
-    steps = {"relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
-    chain = [steps[name] for name in problemset.epilogue(case)]
+    steps = problemset.epilogue_ops(case)
 
     def run(scalars: dict[str, Any], *tensors: Any) -> Any:
-        out = ops.compute(case.op, scalars, tensors)
-        for step in chain:
-            out = step(out)
-        return out
+        return ops.apply_steps(steps, ops.compute(case.op, _conv_scalars(case.op, scalars), tensors), tensors)
 
     return run
+
+
+def _conv_scalars(op: str, scalars: dict[str, Any]) -> dict[str, Any]:
+    """A conv's scalars as ``ops.compute`` takes them (pairs, every one present); a file may leave
+    them out or give one int, as ``tune`` accepts."""
+    if op != "conv":
+        return scalars
+    pair = {name: scalars.get(name, default) for name, default in (("stride", 1), ("padding", 0), ("dilation", 1))}
+    return {**{k: [v, v] if isinstance(v, int) else v for k, v in pair.items()}, "groups": scalars.get("groups", 1)}
 
 
 def _reference(fn: Any, scalars: dict[str, Any], tensors: list[Any]) -> Any:

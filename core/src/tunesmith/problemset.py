@@ -2,10 +2,12 @@
 
 A file is ``{"cases": [...]}`` (or a bare list). A GEMM case has ``name``, ``op`` (mm, addmm,
 bmm, baddbmm, mm_plus_mm), ``M``, ``N``, ``K``, ``B`` (bmm and baddbmm), ``dtype``, optional
-``epilogue`` (a list of step names) and ``layout_a`` / ``layout_b`` (``row``, or ``col`` for a
-transposed view). A conv case has ``batch``, ``in_channels``, ``out_channels``, ``height``,
-``width``, ``kernel_size`` and optional ``stride``, ``padding``, ``dilation``, ``groups``,
-``bias`` (default true) and ``layout`` (``nchw`` or ``nhwc``).
+``epilogue`` (a list of steps: a name, or a pair ``["mul", 0.125]``, ``["add", 1.0]``,
+``["cast", "float32"]``; a file holds no tensors) and ``layout_a`` / ``layout_b`` (``row``, or
+``col`` for a transposed view). A conv case has ``batch``, ``in_channels``, ``out_channels``,
+``height``, ``width``, ``kernel_size`` and optional ``stride``, ``padding``, ``dilation``,
+``groups``, ``bias`` (default true) and ``layout`` (``nchw`` or ``nhwc``). Other fields (the
+corpus's ``source`` and ``split``) are kept in ``Case.fields`` and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from tunesmith.errors import ProblemError
 from tunesmith.problem import GEMM_DTYPES
+from tunesmith_hookspecs import EpilogueOp
 
 _GEMM_KEYS = {"mm": "MNK", "addmm": "MNK", "mm_plus_mm": "MNK", "bmm": "BMNK", "baddbmm": "BMNK"}
 _CONV_KEYS = ("batch", "in_channels", "out_channels", "height", "width", "kernel_size")
@@ -95,6 +98,8 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> tuple[
         a, b = _randn((B, M, K), dtype, device, gen), _randn((B, K, N), dtype, device, gen)
         if la == "col":
             a = _randn((B, K, M), dtype, device, gen).transpose(1, 2)
+        if lb == "col":
+            b = _randn((B, N, K), dtype, device, gen).transpose(1, 2)
         return ([_randn((B, M, N), dtype, device, gen), a, b] if case.op == "baddbmm" else [a, b]), {}
     a, b = _matrix(M, K, la, dtype, device, gen), _matrix(K, N, lb, dtype, device, gen)
     if case.op == "addmm":
@@ -104,11 +109,40 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> tuple[
     return [a, b], {}
 
 
-def epilogue(case: Case) -> list[str]:
+def epilogue(case: Case) -> list[Any]:
+    """The case's steps as ``tune(epilogue=...)`` takes them: names, and [name, number or dtype] pairs."""
     steps = case.fields.get("epilogue", [])
-    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
-        raise ProblemError(f"case {case.name!r}: epilogue must be a list of step names")
+    if not isinstance(steps, list) or not all(_is_step(s) for s in steps):
+        raise ProblemError(
+            f"case {case.name!r}: epilogue must be a list of step names or [name, number or dtype] pairs"
+        )
     return steps
+
+
+def epilogue_ops(case: Case) -> list[EpilogueOp]:
+    """The case's steps as the core's records, for :func:`tunesmith.ops.apply_steps` (the eager path)."""
+    out = []
+    for step in epilogue(case):
+        name, arg = (step, None) if isinstance(step, str) else step
+        if name in ("add", "mul") and not isinstance(arg, int | float):
+            raise ProblemError(f"case {case.name!r}: epilogue {name!r} needs a number, got {arg!r}")
+        try:
+            out.append(EpilogueOp(name, scalar=float(arg)) if name in ("add", "mul") else EpilogueOp(name, dtype=arg))
+        except ValueError as exc:
+            raise ProblemError(f"case {case.name!r}: bad epilogue step {step!r}: {exc}") from None
+    return out
+
+
+def _is_step(step: Any) -> bool:
+    if isinstance(step, str):
+        return True
+    return (
+        isinstance(step, list)
+        and len(step) == 2
+        and isinstance(step[0], str)
+        and isinstance(step[1], int | float | str)
+        and not isinstance(step[1], bool)
+    )
 
 
 def shape_text(case: Case) -> str:
