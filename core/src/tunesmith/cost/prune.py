@@ -48,14 +48,14 @@ WINDOW = 0.10
 BASELINE_CEILING = 2.0
 
 #: a dimension (M, N, K; a convolution's pixels and channels) that is not a multiple of this many
-#: elements makes a Problem unsure: every dimension of the GEMM set but decode's 16 rows is a
-#: multiple of 8, and odd ones defeat both vector loads and TMA (an fp16 GEMM of odd M, N and K
-#: about 500, on which Inductor's Triton kernel beat cuBLAS by 28%, had every Triton choice
-#: dropped by the ceiling)
+#: elements makes a Problem unsure: every dimension of the GEMM set is a multiple of 8 (odd_1000's
+#: too), and odd ones defeat vector loads, TMA and cuBLAS's fast kernels alike (an fp16 GEMM of
+#: odd M, N and K about 500, on which Inductor's Triton kernel beat cuBLAS by 28%, had every
+#: Triton choice dropped by the ceiling)
 ALIGNED = 8
 #: a reduction this long or shorter makes a Problem unsure: a few K steps are all prologue and
-#: epilogue, which the models price least well (a bmm of ~100 heads with K 64, on which Inductor's
-#: Triton kernel beat cuBLAS by 8%, kept none of the Triton configs within 18% of cuBLAS)
+#: epilogue, which the models price least well (on a bmm of ~100 heads with K 64 Inductor's Triton
+#: kernel beat cuBLAS by 8%, and the best Triton config pruning kept ran 18% slower than cuBLAS)
 SMALL_K = 128
 #: the output elements (batch x M x N) and the K of the GEMM set the constants were set on
 #: (``benchmarks/gemm_shapes.json``: decode_m16 to llama70b_qkv_prefill, 64 to 11008)

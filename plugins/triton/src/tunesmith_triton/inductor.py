@@ -14,7 +14,8 @@ template) Inductor, on a CUDA GPU:
   elements of the output tile; duplicates are tried once. A float32, float16 or bfloat16 problem
   gets the same list (dtype only matters to shared memory, which Inductor learns by failing to
   compile). mm also gets decompose-K (a split-K by batched GEMM) where K >= 32 M and K >= 32 N,
-  and no template at all where K >= 64 M and K >= 64 N (tunesmith's split-K covers that region).
+  and no template at all where K >= 64 M and K >= 64 N (tunesmith's split-K serves that region
+  where the output has fewer tiles than the GPU has SMs).
 - mm + mm: each config of ``MM_PLUS_MM`` as it is (not cut to the problem), only if its BLOCK_K is
   less than K, its warps cut as above.
 - conv (2-D, forward): each config of ``CONV`` cut as for mm with M = images x input pixels,
