@@ -1,6 +1,6 @@
 """Pruning by the cost model: only the best ``prune`` estimates are benchmarked (none far above the
-best, none far above ATen's), ATen's choices always are, and without a device profile nothing is
-pruned."""
+best, none far above ATen's), ATen's choices always are, more where the models are unsure of the
+Problem, and without a device profile nothing is pruned."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from tunesmith_hookspecs import ChoiceSpec, hookimpl
 
 from conftest import rand
 
-A, B = rand(24, 16), rand(16, 20)
+#: a Problem the models are sure of (aligned, K over SMALL_K, near the fitted sizes) and one they
+#: are not (K of 16, a dimension of 20)
+A, B = rand(128, 256), rand(256, 128)
+SMALL_A, SMALL_B = rand(24, 16), rand(16, 20)
 #: the modelled estimates below are in microseconds: ATen's for A @ B is about one launch (4 us)
 US = 1e-3
 
@@ -133,3 +136,45 @@ def test_an_estimate_or_a_profile_that_raises_does_not_stop_tuning(register):
     tunesmith.reset()
     assert len(tunesmith.tune("mm", A, B, options={"prune": 1}).timings) == 3
     assert tunesmith.counters["choices_pruned"] == 0
+
+
+def test_where_the_models_are_unsure_more_choices_are_kept_and_no_backend_is_dropped_whole(register):
+    """K of 16: twice ``prune`` choices within ``UNSURE_WINDOW``, and each backend's best few past
+    the window and ATen's ceiling."""
+    from tunesmith.cost.prune import BASELINE_CEILING, UNSURE_PRUNE, UNSURE_WINDOW
+    from tunesmith.problem import build_problem
+    from tunesmith_aten.cost import estimate_ms
+
+    class Other(ModelledBackend):
+        name = "other"
+
+    aten = estimate_ms(build_problem("mm", [SMALL_A, SMALL_B], {}, ())[0], "eager", PRESETS["H100-SXM"]) / US
+    assert UNSURE_PRUNE == 2 and UNSURE_WINDOW == 0.5
+    register(ModelledBackend(1.0, 1.2, 1.4, 1.45, 2.0, 1.1))
+    register(Other(*(aten * BASELINE_CEILING * f for f in (3.0, 2.0, 4.0, 5.0))))  # past the ceiling: all
+    register(CpuProfile(), "cpu_profile")
+    sel = tunesmith.tune("mm", SMALL_A, SMALL_B, options={"prune": 2})
+    kept = {("modelled", i) for i in (0, 5, 1, 2)} | {("other", 1), ("other", 0)}  # 4 best, each backend's 2 best
+    assert benchmarked(sel) == {("aten", None), *kept}
+    assert tunesmith.counters["prune_unsure"] == 1
+    assert tunesmith.counters["choices_pruned"] == 4
+
+
+def test_the_models_are_unsure_of_unaligned_small_k_and_far_problems():
+    from tunesmith.cost.prune import unsure
+    from tunesmith.problem import build_problem
+
+    def why(op, *tensors):
+        return unsure(build_problem(op, [t.to("meta") for t in tensors], {})[0])
+
+    assert why("mm", A, B) == []
+    assert why("bmm", rand(4, 128, 256), rand(4, 256, 128)) == []
+    assert why("conv", rand(2, 64, 32, 32), rand(64, 64, 3, 3)) == []
+    [odd] = why("mm", rand(3001, 200), rand(200, 2999))
+    assert "not a multiple" in odd
+    [small] = why("bmm", rand(96, 256, 64), rand(96, 64, 256))
+    assert "K of 64" in small
+    assert len(why("mm_plus_mm", A, B, rand(128, 64), rand(64, 128))) == 1  # the second product's K
+    assert len(why("conv", rand(2, 3, 32, 32), rand(64, 3, 7, 7))) == 1  # 3 input channels
+    [far] = why("mm", rand(8, 4096), rand(4096, 8))  # 64 outputs
+    assert "far" in far

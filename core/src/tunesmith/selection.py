@@ -200,7 +200,7 @@ def _tune(
     choices, reasons = hooks.choices(problem, options)
     if not choices:
         raise NoValidChoicesError(describe(problem), reasons)
-    choices = prune(choices, options, device)
+    choices = prune(choices, options, device, problem)
     timings = hooks.benchmarker(options).benchmark(problem, choices, inputs)
     if len(timings) != len(choices):
         raise RuntimeError(f"the benchmarker returned {len(timings)} timings for {len(choices)} choices")

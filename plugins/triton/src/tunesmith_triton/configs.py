@@ -6,10 +6,12 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import torch
 
 from tunesmith.plugin import torch_dtype
 from tunesmith_hookspecs import Problem, TensorMeta
+from tunesmith_triton import inductor
 from tunesmith_triton.choice import MIN_SUBTILE_N, Config, TensorDescriptor
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the pointer template: large tiles for large
@@ -102,6 +104,26 @@ def multiprocessors(device: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@attrs.frozen
+class Target:
+    """The GPU a search space is built for: its shared memory per block (bytes), its SMs, and
+    whether it has TMA (Hopper or later). Given explicitly, a space can be built without one."""
+
+    shared_memory: int
+    sms: int
+    tma: bool
+
+
+#: an H100 SXM's figures: what the tests build spaces for on the CPU
+H100 = Target(232448, 132, True)
+
+
+def gpu_target() -> Target:
+    """The current CUDA device as a Target."""
+    device = torch.cuda.current_device()
+    return Target(shared_memory(device), multiprocessors(device), torch.cuda.get_device_capability(device)[0] >= 9)
+
+
 def _pow2_at_least(n: int, floor: int = 16) -> int:
     size = floor
     while size < n:
@@ -164,20 +186,34 @@ def _splits(tiles: int, k: int, bk: int, sms: int) -> Iterator[int]:
             yield s
 
 
-def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]:
-    """(template, config) pairs worth timing for ``problem``: each fits shared memory and no
-    tile is more than twice the size of its dimension."""
+def gemm_tiles(problem: Problem) -> list[tuple[int, int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the pointer template on a GPU, before the
+    shared-memory check: the decode tiles first for few rows, our own tiles cut to the problem,
+    then every tile Inductor's template would try (``inductor.py``) that is not among them."""
+    _, m, n, k = dims(problem)
+    own = DECODE_CONFIGS + GPU_CONFIGS if m <= DECODE_M else GPU_CONFIGS
+    tiles = [(*sized(bm, bn, bk, m, n, k), warps, stages) for bm, bn, bk, warps, stages in own]
+    if problem.op == "mm_plus_mm":
+        tiles += inductor.mm_plus_mm_configs(k)
+    else:
+        tiles += inductor.mm_configs(m, n, k)
+    return list(dict.fromkeys(tiles))
+
+
+def configs_for(problem: Problem, interpreter: bool, target: Target | None = None) -> list[tuple[str, Config]]:
+    """(template, config) pairs worth timing for ``problem`` on ``target`` (default: the current
+    GPU; unused in the interpreter): each fits shared memory, and no tile of ours is more than
+    twice the size of its dimension."""
     batch, m, n, k = dims(problem)
     size = torch_dtype(problem.inputs[0].dtype).itemsize
     if interpreter:
-        plain, split_k, tma = INTERPRETER_CONFIGS, INTERPRETER_SPLIT_K, INTERPRETER_TMA
+        plain = [(*sized(bm, bn, bk, m, n, k), w, s) for bm, bn, bk, w, s in INTERPRETER_CONFIGS]
+        split_k, tma = INTERPRETER_SPLIT_K, INTERPRETER_TMA
         limit, sms = None, 2
     else:
-        device = torch.cuda.current_device()
-        plain, split_k, limit, sms = GPU_CONFIGS, SPLIT_K_CONFIGS, shared_memory(device), multiprocessors(device)
-        tma = TMA_CONFIGS if torch.cuda.get_device_capability(device)[0] >= 9 else ()
-        if m <= DECODE_M:  # first: where the cost model ties them with others, they are kept
-            plain, tma = DECODE_CONFIGS + plain, (DECODE_TMA_CONFIGS + tma if tma else ())
+        target = target or gpu_target()
+        plain, split_k, limit, sms = gemm_tiles(problem), SPLIT_K_CONFIGS, target.shared_memory, target.sms
+        tma = (DECODE_TMA_CONFIGS + TMA_CONFIGS if m <= DECODE_M else TMA_CONFIGS) if target.tma else ()
     found: list[tuple[str, Config]] = []
 
     def offer(template: str, config: Config) -> None:
@@ -185,7 +221,7 @@ def configs_for(problem: Problem, interpreter: bool) -> list[tuple[str, Config]]
             found.append((template, config))
 
     for bm, bn, bk, warps, stages in plain:
-        offer("gemm", Config(*sized(bm, bn, bk, m, n, k), 8, warps, stages))
+        offer("gemm", Config(bm, bn, bk, 8, warps, stages))
     # split-K's slices add up in the order they finish: not offered where results must repeat bit for bit
     if problem.op != "mm_plus_mm" and not torch.are_deterministic_algorithms_enabled():
         for bm, bn, bk, warps, stages in split_k:

@@ -23,8 +23,9 @@ import triton.language as tl
 
 from tunesmith.plugin import torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
+from tunesmith_triton import inductor
 from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
-from tunesmith_triton.configs import _cdiv, affordable, fits, shared_memory, sized
+from tunesmith_triton.configs import Target, _cdiv, affordable, fits, gpu_target, sized
 from tunesmith_triton.kernels import _finish, _tile
 
 CONV_TEMPLATE = "conv"
@@ -137,16 +138,31 @@ def conv_sizes(problem: Problem) -> tuple[int, int, int, int, int]:
     return n, oh * ow, oc, c, kh * kw
 
 
-def conv_configs(problem: Problem, interpreter: bool) -> list[Config]:
+def conv_tiles(problem: Problem) -> list[tuple[int, int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) on a GPU, before the shared-memory check: ours,
+    then every tile Inductor's conv template would try (``inductor.py``) not among them. Our
+    template tiles one image's pixels, so Inductor's BLOCK_M (cut to every image's pixels) is cut
+    to one image's: a taller tile would only hold masked rows."""
+    _, m, oc, c, taps = conv_sizes(problem)
+    images, _, h, w = problem.inputs[0].shape
+    theirs = inductor.conv_configs(images, h * w, oc, c, one_by_one=taps == 1)
+    tiles = [(*sized(bm, bn, bk, m, oc, c), warps, stages) for bm, bn, bk, warps, stages in (*GPU_CONFIGS, *theirs)]
+    return list(dict.fromkeys(tiles))
+
+
+def conv_configs(problem: Problem, interpreter: bool, target: Target | None = None) -> list[Config]:
     """Configs worth timing: each tile cut down to twice its dimension (a power of two), and on a
-    GPU only those whose pipeline fits shared memory; in the interpreter, those within its work
-    budget (always the one of least work)."""
+    GPU (``target``, default the current one) only those whose pipeline fits shared memory; in the
+    interpreter, those within its work budget (always the one of least work)."""
     n, m, oc, c, taps = conv_sizes(problem)
     size = torch_dtype(problem.inputs[0].dtype).itemsize
-    limit = None if interpreter else shared_memory(torch.cuda.current_device())
+    if interpreter:
+        tiles, limit = [(*sized(bm, bn, bk, m, oc, c), w, s) for bm, bn, bk, w, s in INTERPRETER_CONFIGS], None
+    else:
+        tiles, limit = conv_tiles(problem), (target or gpu_target()).shared_memory
     found: list[Config] = []
-    for bm, bn, bk, warps, stages in INTERPRETER_CONFIGS if interpreter else GPU_CONFIGS:
-        config = Config(*sized(bm, bn, bk, m, oc, c), GROUP_M, warps, stages)
+    for bm, bn, bk, warps, stages in tiles:
+        config = Config(bm, bn, bk, GROUP_M, warps, stages)
         if fits(config, size, limit) and config not in found:
             found.append(config)
     if interpreter:
