@@ -175,8 +175,18 @@ def _capture(calls: Sequence[Callable[[], Any]], count: int, device: torch.devic
                 calls[i % len(calls)]()
     except Exception as exc:  # noqa: BLE001 - such a kernel is timed without a graph
         log.debug("not timed in a CUDA graph: %s", exc)
+        _end_capture_state(device)
         return None
     return graph
+
+
+def _end_capture_state(device: torch.device) -> None:
+    """After a failed capture, capture one trivial graph: torch leaves the CUDA random generator in
+    its capture state when a capture fails, and only a capture that ends well takes it out."""
+    torch.cuda.synchronize(device)
+    scratch, graph = torch.zeros(1, device=device), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scratch.add_(1)
 
 
 def time_in_graph(
