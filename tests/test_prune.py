@@ -175,6 +175,7 @@ def test_the_models_are_unsure_of_unaligned_small_k_and_far_problems():
     [small] = why("bmm", rand(96, 256, 64), rand(96, 64, 256))
     assert "K of 64" in small
     assert len(why("mm_plus_mm", A, B, rand(128, 64), rand(64, 128))) == 1  # the second product's K
-    assert len(why("conv", rand(2, 3, 32, 32), rand(64, 3, 7, 7))) == 1  # 3 input channels
+    # a convolution's ceiling is backed by ResNet-50's measured choices, 3 input channels or not
+    assert why("conv", rand(2, 3, 32, 32), rand(64, 3, 7, 7)) == []
     [far] = why("mm", rand(8, 4096), rand(4096, 8))  # 64 outputs
     assert "far" in far

@@ -11,7 +11,7 @@ choice estimated more than ``BASELINE_CEILING`` times ATen's best is kept either
 ATen is timed anyway, and the models are not that far off). A device profile or roofline that
 fails turns pruning off for that Problem (logged): the cost model orders work, it must not stop it.
 
-Where the models are unsure of a Problem (``unsure``: a dimension not a multiple of ``ALIGNED``,
+Where the models are unsure of a GEMM (``unsure``: a dimension not a multiple of ``ALIGNED``,
 a reduction of ``SMALL_K`` or less, or sizes ``FAR`` outside those the constants were set on),
 the kept set widens: ``UNSURE_PRUNE`` times ``prune`` choices within ``UNSURE_WINDOW`` of the
 best, and each modelled backend's ``UNSURE_FLOOR`` best whatever the window, the count and the
@@ -65,6 +65,11 @@ FAR = 4
 #: where unsure: this many times ``prune`` choices are kept, within this window of the best, and
 #: each modelled backend's best this many (at most ``prune``) whatever else says
 UNSURE_PRUNE, UNSURE_WINDOW, UNSURE_FLOOR = 2, 0.5, 3
+#: ops whose ceiling has measured evidence behind it wherever they are: every convolution of
+#: ResNet-50 (bf16, channels-last, batch 32; the stem's 3 input channels and the 1 x 1 convs of 64
+#: included) chose cuDNN over every kept Triton config in both full model runs (H100 and H200,
+#: benchmarks/results/models_*.json), and widening would add Triton compiles to its cold start
+SURE_OPS = frozenset({"conv"})
 
 K = TypeVar("K")
 
@@ -105,7 +110,10 @@ def gemm_shape(problem: Problem) -> tuple[int, tuple[int, ...], tuple[int, ...]]
 
 def unsure(problem: Problem) -> list[str]:
     """Why the cost models are unsure of ``problem`` (nothing: they are not): dimensions not a
-    multiple of ``ALIGNED``, a reduction of ``SMALL_K`` or less, sizes ``FAR`` from the fitted."""
+    multiple of ``ALIGNED``, a reduction of ``SMALL_K`` or less, sizes ``FAR`` from the fitted;
+    never of ``SURE_OPS``."""
+    if problem.op in SURE_OPS:
+        return []
     try:
         outputs, aligned, ks = gemm_shape(problem)
     except (IndexError, ValueError):  # an op this does not know the GEMM of
