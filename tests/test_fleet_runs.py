@@ -76,7 +76,9 @@ class Fleet:
         lock_ttl_s: float = 30.0,
         turn: Path | None = None,
     ) -> None:
-        self.turn = (turn or root.parent / "fleet-turn.lock").open("w")
+        # root is a folder of this worker's base temp; the turns are taken across every worker
+        shared = root.parent.parent if os.environ.get("PYTEST_XDIST_WORKER") else root.parent
+        self.turn = (turn or shared / "fleet-turn.lock").open("w")
         fcntl.flock(self.turn, fcntl.LOCK_EX)
         self.root, self.engine, self.log = root, engine, root / "tunings.log"
         self.start_file, self.end_file = root / "start", root / "end"
