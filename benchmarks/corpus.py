@@ -66,6 +66,8 @@ ROTATE_BYTES, MAX_COPIES = 256 * 2**20, 4
 GRAPH_MS, MAX_CALLS = 2.0, 200
 #: a case within this of the exhaustive best counts as no regret
 REGRET_OK = 1.02
+#: the longest one cold tune (a fresh process) may take before its case is recorded as failed
+CHILD_TIMEOUT_S = 300
 
 
 def small_case(case: Any) -> Any:
@@ -152,7 +154,10 @@ def _in_child(name: str, variant: str, args: argparse.Namespace) -> dict[str, An
     command = [sys.executable, __file__, "--json", str(root / "answer.json"), "--child", name, "--variant", variant]
     command += ["--corpus", args.corpus, "--backends", args.backends] + (["--small"] if args.small else [])
     try:
-        subprocess.run(command, check=True, env=env)
+        try:
+            subprocess.run(command, check=True, env=env, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the {variant} tune did not finish in {CHILD_TIMEOUT_S} s") from None
         return json.loads((root / "answer.json").read_text())
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -181,25 +186,25 @@ class Timer:
         gemm._sync()
         if gemm.DEVICE != "cuda":
             return
-        try:
-            self.graph, self.calls = self._capture(len(copies)), len(copies)
-            per_pass = self._replay_ms() * len(copies)
-            reps = max(1, min(MAX_CALLS // len(copies), math.ceil(GRAPH_MS / max(per_pass, 1e-4))))
-            if reps > 1:
-                self.graph = None
-                self.graph, self.calls = self._capture(reps * len(copies)), reps * len(copies)
-        except RuntimeError as exc:  # an extra clock: do_bench's time stands
-            print(f"no CUDA graph time: {type(exc).__name__}: {exc}", file=sys.stderr)
-            self.graph, self.error = None, f"{type(exc).__name__}: {exc}"[:300]
+        self.graph, self.calls = self._capture(len(copies)), len(copies)
+        if self.graph is None:  # an extra clock: do_bench's time stands
+            self.error = "the calls could not be captured in a CUDA graph (see the log)"
+            print(f"no CUDA graph time: {self.error}", file=sys.stderr)
+            return
+        per_pass = self._replay_ms() * len(copies)
+        reps = max(1, min(MAX_CALLS // len(copies), math.ceil(GRAPH_MS / max(per_pass, 1e-4))))
+        if reps > 1:
+            self.graph = None
+            self.graph, self.calls = self._capture(reps * len(copies)), reps * len(copies)
 
-    def _capture(self, calls: int) -> Any:
+    def _capture(self, count: int) -> Any:
+        """The core's capture of ``count`` calls over the copies (a failed capture leaves no state behind)."""
         import torch
 
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                self.call(self.copies[i % len(self.copies)])
-        return graph
+        from tunesmith.bench.timing import capture_calls
+
+        calls = [lambda inputs=inputs: self.call(inputs) for inputs in self.copies]
+        return capture_calls(calls, count, torch.device("cuda"))
 
     def _replay_ms(self) -> float:
         import torch

@@ -141,13 +141,20 @@ def time_callable(
     return Measurement(statistics.median(samples), noise(samples), len(samples))
 
 
+def _span_bytes(t: torch.Tensor) -> int:
+    """The bytes a tensor's elements span in its storage (a view of a larger buffer: its part)."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((size - 1) * abs(step) for size, step in zip(t.shape, t.stride(), strict=True))) * t.element_size()
+
+
 def rotating_inputs(problem: Problem, inputs: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
     """``inputs`` and enough random copies of the Problem's inputs that reading them all in turn
     evicts the L2 cache (``FLUSH_FACTOR`` times its size, at most ``MAX_INPUT_COPIES`` sets)."""
     device = inputs[0].device if inputs else torch.device("cpu")
     if device.type != "cuda":
         return [tuple(inputs)]
-    nbytes = sum(t.untyped_storage().nbytes() for t in inputs) or 1
+    nbytes = sum(_span_bytes(t) for t in inputs) or 1
     copies = min(MAX_INPUT_COPIES, max(1, math.ceil(FLUSH_FACTOR * _l2_bytes(device) / nbytes)))
     return [tuple(inputs)] + [tuple(tensor_like(meta, device) for meta in problem.inputs) for _ in range(copies - 1)]
 
@@ -161,18 +168,31 @@ def _event_ms(fn: Callable[[], Any]) -> float:
     return start.elapsed_time(end)
 
 
-def _capture(calls: Sequence[Callable[[], Any]], count: int, device: torch.device) -> torch.cuda.CUDAGraph | None:
-    """One CUDA graph of ``count`` calls, in turn; None (logged) when they cannot be captured."""
+def _record(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream, body: Callable[[], Any]) -> None:
+    """Capture ``body`` into ``graph`` on ``stream``; only this thread's unsafe calls fail it, and
+    the caller's stream is current again after, also when it fails (``torch.cuda.graph`` would
+    also empty the allocator's cache and collect garbage, once per choice)."""
+    with torch.cuda.stream(stream):
+        stream.synchronize()
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            body()
+        finally:
+            graph.capture_end()
+
+
+def capture_calls(calls: Sequence[Callable[[], Any]], count: int, device: torch.device) -> torch.cuda.CUDAGraph | None:
+    """One CUDA graph of ``count`` calls, in turn, after a warm-up pass on its stream; None (logged)
+    when they cannot be captured. The calls must launch on the current stream, as any kernel
+    that runs inside a compiled model's CUDA graph must."""
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream(device)
     try:
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):  # libraries set up their per-stream state before the capture
             for call in calls:
                 call()
+        _record(graph, stream, lambda: [calls[i % len(calls)]() for i in range(count)])
         torch.cuda.current_stream(device).wait_stream(stream)
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            for i in range(count):
-                calls[i % len(calls)]()
     except Exception as exc:  # noqa: BLE001 - such a kernel is timed without a graph
         log.debug("not timed in a CUDA graph: %s", exc)
         _end_capture_state(device)
@@ -184,9 +204,8 @@ def _end_capture_state(device: torch.device) -> None:
     """After a failed capture, capture one trivial graph: torch leaves the CUDA random generator in
     its capture state when a capture fails, and only a capture that ends well takes it out."""
     torch.cuda.synchronize(device)
-    scratch, graph = torch.zeros(1, device=device), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        scratch.add_(1)
+    scratch = torch.zeros(1, device=device)
+    _record(torch.cuda.CUDAGraph(), torch.cuda.Stream(device), lambda: scratch.add_(1))
 
 
 def time_in_graph(
@@ -202,7 +221,7 @@ def time_in_graph(
                 call()
         per_call = _event_ms(lambda: [call() for call in calls]) / len(calls)
         count = min(MAX_GRAPH_CALLS, max(1, math.ceil(GRAPH_TARGET_MS / max(per_call, 1e-6))))
-        graph = _capture(calls, count, device)
+        graph = capture_calls(calls, count, device)
         if graph is None:
             return None
         graph.replay()  # the first replay uploads the graph
