@@ -139,3 +139,24 @@ def test_without_file_locks_a_process_tunes_alone_and_says_so_once(tmp_path, mon
         assert tunesmith.tune("mm", torch.randn(m, 8), torch.randn(8, 8)).report.source == "tuned"
     assert tunesmith.counters["file_lock_unavailable"] == 2 and tunesmith.counters["autotune_tuned"] == 2
     assert sum("no file locks" in r.message for r in caplog.records) == 1
+
+
+def test_each_rank_of_a_distributed_job_starts_on_its_own_share(monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    walked: list[int] = []
+
+    def select_one(item: int) -> int:
+        walked.append(item)
+        return item * 10
+
+    # rank 1 of 2 walks 3, 4, 5, 0, 1, 2 and still answers in the items' order
+    assert select_each(list(range(6)), select_one, wait_s=5.0) == [0, 10, 20, 30, 40, 50]
+    assert walked == [3, 4, 5, 0, 1, 2]
+    monkeypatch.setattr(dist, "get_world_size", lambda: 1)
+    walked.clear()
+    select_each(list(range(6)), select_one, wait_s=5.0)
+    assert walked == [0, 1, 2, 3, 4, 5]

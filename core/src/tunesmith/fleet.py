@@ -81,14 +81,29 @@ def run_split(
 
 
 def select_each(items: Sequence[T], select_one: Callable[[T], R], wait_s: float) -> list[R]:
-    """``select_one(item)`` for every item, split with other processes (:func:`run_split`)."""
+    """``select_one(item)`` for every item, split with other processes (:func:`run_split`); the
+    ranks of a ``torch.distributed`` job each start at their own share of the items."""
     done: dict[int, R] = {}
 
     def run(i: int) -> None:
         done[i] = select_one(items[i])
 
-    run_split(range(len(items)), run, wait_s)
-    return [done[i] for i in range(len(items))]
+    count = len(items)
+    start = _rank_start(count)
+    run_split([(start + i) % count for i in range(count)], run, wait_s)
+    return [done[i] for i in range(count)]
+
+
+def _rank_start(count: int) -> int:
+    """Where this rank of a ``torch.distributed`` job of several starts walking ``count`` items
+    (rank r of w: r * count // w), so that the ranks begin on different Problems; 0 outside one."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # imported by the job already, if there is one
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 0
+    world = dist.get_world_size()
+    return dist.get_rank() * count // world if world > 1 else 0
 
 
 def _try(run: Callable[[int], None], i: int) -> bool:
