@@ -39,6 +39,10 @@ each, while the first runs every other row; then the first times ``max_autotune`
 there, in turn. Rows are written to ``--json`` as they finish, so a stopped run keeps what it
 measured; ``--resume`` skips the rows there.
 
+Where the time goes: ``--kernels DIR`` writes each row's profiled kernels by name and its host
+profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant once
+more, cold, under cProfile, and writes where its first step's time went.
+
 A model's rows are timed one after another, and an H100 under sustained load lowers its clock:
 each row records the SM clock after its timing (``sm_clock_mhz``); differences of a few percent
 between rows of one model, timed minutes apart, are not established by one run.
@@ -78,6 +82,8 @@ WARM = ("tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
 #: where measurement processes write their kernel tables (``--kernels``)
 KERNELS_ENV = "TUNESMITH_MODELS_KERNELS"
+#: where a measurement process writes the profile of its first step (``--cold-profile``)
+COLD_PROFILE_ENV = "TUNESMITH_MODELS_COLD_PROFILE"
 
 
 # --- the models (built in the child process) ---
@@ -308,9 +314,13 @@ def measure(
     if ready is not None:
         ready()
     sync()
+    profiler = _cold_profiler()
     start = time.perf_counter()
     out = step(fn)
     sync()
+    if profiler is not None:
+        profiler.disable()
+        _write_profile(profiler, Path(os.environ[COLD_PROFILE_ENV]), "cumulative", 60)
     first = time.perf_counter() - start
     row: dict[str, Any] = {"first_step_s": round(first, 3), "out_rel_err": rel_err(out, ref_out)}
     if train:
@@ -399,8 +409,6 @@ def host_profile(run: Callable[[], Any], path: Path) -> None:
     """Where the host's time goes over ``PROFILED`` steps (cProfile, by own time): a row whose step
     time exceeds its GPU time is bound by it."""
     import cProfile
-    import io
-    import pstats
 
     import torch
 
@@ -411,8 +419,27 @@ def host_profile(run: Callable[[], Any], path: Path) -> None:
         run()
     torch.cuda.synchronize()
     profiler.disable()
+    _write_profile(profiler, path, "tottime", 40)
+
+
+def _cold_profiler() -> Any:
+    """A running cProfile of the first step where ``COLD_PROFILE_ENV`` asks for one, else None."""
+    if not os.environ.get(COLD_PROFILE_ENV):
+        return None
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _write_profile(profiler: Any, path: Path, order: str, rows: int) -> None:
+    import io
+    import pstats
+
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+    pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.getvalue())
 
 
@@ -540,6 +567,12 @@ class Runner:
             row["warm_process_s"] = warm.get("process_s")
             if "error" in warm:
                 row["warm_error"] = warm["error"]
+        if self.args.cold_profile and variant in self.args.warm and "error" not in row:
+            # one more cold process, under cProfile: where a cold first step's time goes (its
+            # time, slowed by the profiler, is not the row's)
+            path = Path(self.args.cold_profile).resolve() / f"{model}-{variant}.cold.txt"
+            profiled = {**self.caches(model, f"{variant}-profiled"), COLD_PROFILE_ENV: str(path)}
+            self.process(model, variant, gpu, cpus, profiled, False)
         self.record(row)
 
 
@@ -691,6 +724,9 @@ def main() -> None:
     parser.add_argument("--json", help="write the rows here (as they finish)")
     parser.add_argument(
         "--kernels", help="write each row's profiled kernels, by name, and its host profile to tables in this folder"
+    )
+    parser.add_argument(
+        "--cold-profile", help="run each warm-timed variant once more cold under cProfile; its profile to this folder"
     )
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --json, run the others")
     parser.add_argument("--chart", help="draw the step-time chart (PNG) here")
