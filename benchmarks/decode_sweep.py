@@ -12,6 +12,7 @@ against a float64 product (``rel_err``).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from tunesmith_triton.choice import Config, TritonChoice, precision
 
+from tunesmith.bench.timing import time_in_graph
 from tunesmith.cost.calibrate import time_ms
 from tunesmith.problem import build_problem
 from tunesmith_hookspecs import ChoiceSpec
@@ -31,22 +33,22 @@ SHARED_MEMORY = 220 * 1024
 
 
 def timed_us(call: Callable[..., Any], args: Sequence[tuple[torch.Tensor, ...]], graph: bool) -> float:
-    """Microseconds per call: the median of ``ROUNDS`` runs of ``REPS`` passes over ``args``."""
+    """Microseconds per call over ``args`` in turn: with ``graph``, as tunesmith times a choice (a
+    CUDA graph of many calls, its replays timed); else the median of ``ROUNDS`` runs of ``REPS``
+    passes launched one by one."""
+    device = torch.device("cuda")
+    if graph:
+        timed = time_in_graph([functools.partial(call, *a) for a in args], device, warmup=1, repeat=ROUNDS)
+        if timed is None:
+            raise RuntimeError("the calls could not be captured in a CUDA graph")
+        return timed.ms * 1e3
 
     def passes() -> None:
         for _ in range(REPS):
             for a in args:
                 call(*a)
 
-    run = passes
-    if graph:
-        passes()  # compiled and loaded before the capture
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            passes()
-        run = g.replay
-    return time_ms(run, torch.device("cuda"), warmup=1, repeat=ROUNDS) * 1e3 / (REPS * len(args))
+    return time_ms(passes, device, warmup=1, repeat=ROUNDS) * 1e3 / (REPS * len(args))
 
 
 def grid(n: int) -> list[tuple[str, Config]]:

@@ -71,15 +71,8 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
 def _cycles_per_ms(device: torch.device) -> float:
     """The rate of ``torch.cuda._sleep``'s spin loop on ``device``, measured once."""
     if device not in _sleep_rates:
-        cycles, best = 2_000_000, math.inf
-        for _ in range(3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.cuda._sleep(cycles)
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end))
-        _sleep_rates[device] = cycles / best
+        cycles = 2_000_000
+        _sleep_rates[device] = cycles / min(_event_ms(lambda: torch.cuda._sleep(cycles)) for _ in range(3))
     return _sleep_rates[device]
 
 
@@ -90,19 +83,28 @@ def _hold(device: torch.device, ms: float) -> None:
         torch.cuda._sleep(int(min(ms, MAX_HOLD_MS) * _cycles_per_ms(device)))
 
 
+def _back_to_back(
+    run: Callable[[], Any], device: torch.device, repeat: int, hold_ms: float, before: Callable[[], Any] | None = None
+) -> list[float]:
+    """Milliseconds of ``repeat`` runs, each between a pair of CUDA events (after ``before``,
+    untimed), all enqueued behind ``hold_ms`` of spinning and one synchronize at the end."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
+    torch.cuda.synchronize()
+    _hold(device, hold_ms)
+    for start, end in events:
+        if before is not None:
+            before()
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
 def _cuda_samples(fn: Callable[[], Any], device: torch.device, repeat: int, launch_ms: float) -> list[float]:
     with torch.cuda.device(device):
         flush = _flush_buffer(device)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
-        torch.cuda.synchronize()
-        _hold(device, 2 * repeat * (launch_ms + HOLD_PER_REPEAT_MS))
-        for start, end in events:
-            flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in events]
+        return _back_to_back(fn, device, repeat, 2 * repeat * (launch_ms + HOLD_PER_REPEAT_MS), flush.zero_)
 
 
 def _cpu_samples(fn: Callable[[], Any], repeat: int) -> list[float]:
@@ -135,6 +137,12 @@ def time_callable(
     def sample(n: int) -> list[float]:
         return _cuda_samples(fn, device, n, launch_ms) if device.type == "cuda" else _cpu_samples(fn, n)
 
+    return _probed(sample, repeat, give_up_ms)
+
+
+def _probed(sample: Callable[[int], list[float]], repeat: int, give_up_ms: float | None) -> Measurement:
+    """The median and noise of ``repeat`` samples, or of the first ``PROBE_REPEATS`` when their
+    median already exceeds ``give_up_ms``."""
     samples = sample(min(PROBE_REPEATS, repeat))
     if repeat > len(samples) and (give_up_ms is None or statistics.median(samples) <= give_up_ms):
         samples += sample(repeat - len(samples))
@@ -230,20 +238,9 @@ def time_in_graph(
         graph.replay()  # the first replay uploads the graph
 
         def sample(n: int) -> list[float]:
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-            torch.cuda.synchronize()
-            _hold(device, 2 * n * HOLD_PER_REPEAT_MS)
-            for start, end in events:
-                start.record()
-                graph.replay()
-                end.record()
-            torch.cuda.synchronize()
-            return [start.elapsed_time(end) / count for start, end in events]
+            return [ms / count for ms in _back_to_back(graph.replay, device, n, 2 * n * HOLD_PER_REPEAT_MS)]
 
-        samples = sample(min(PROBE_REPEATS, repeat))
-        if repeat > len(samples) and (give_up_ms is None or statistics.median(samples) <= give_up_ms):
-            samples += sample(repeat - len(samples))
-    return Measurement(statistics.median(samples), noise(samples), len(samples))
+        return _probed(sample, repeat, give_up_ms)
 
 
 def give_up_after(best_ms: float | None) -> float | None:
