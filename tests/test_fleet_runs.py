@@ -108,10 +108,23 @@ class Fleet:
             self.procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         deadline = time.monotonic() + 120  # 8 processes importing torch on 2 cores
         while not all((root / f"out{r}.ready").exists() for r in range(processes)):
-            assert time.monotonic() < deadline, "the workers did not get ready"
-            assert all(p.poll() is None for p in self.procs), [p.stderr.read().decode()[-2000:] for p in self.procs]
+            if time.monotonic() > deadline:
+                self.abort("the workers did not get ready")
+            if any(p.poll() is not None for p in self.procs):
+                self.abort("a worker ended before the start")
             time.sleep(0.05)
         self.start_file.touch()
+
+    def abort(self, why: str) -> None:
+        """Stop every worker, the server and the turn, and fail with the workers' last words (read
+        only once all have ended: a live worker's pipe has no end to read to)."""
+        for proc in self.procs:
+            proc.kill()
+        said = [proc.communicate()[1].decode()[-2000:] for proc in self.procs]
+        if self.server is not None:
+            self.server.stop()
+        self.turn.close()
+        raise AssertionError(f"{why}: {said}")
 
     def events(self) -> Counter[tuple[int, str, str]]:
         """(pid, problem shape, event) -> how many the fixture backend logged."""

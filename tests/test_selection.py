@@ -152,7 +152,11 @@ def test_budget_cuts_the_search_and_the_best_so_far_wins(register):
     sel = tunesmith.tune("mm", A, B, options={"budget_s": 0.05})
     assert sel.report.budget_exhausted
     skipped = [t for t in sel.report.timings if t.error == BUDGET_EXHAUSTED]
-    assert 1 <= len(skipped) <= 4 and sel.spec.backend == "aten"
+    timed = [t for t in sel.report.timings if t.ok]
+    # How many slow choices fit before the budget ends depends on the machine's load; the first one
+    # timed (ATen's) never is skipped, and it wins over every choice left untimed.
+    assert skipped and all(t.spec.backend == "slow" for t in skipped)
+    assert timed and timed[0].spec.backend == "aten" and sel.spec.backend == "aten"
     tunesmith.reset()
     assert not tunesmith.tune("mm", rand(5, 5), rand(5, 5)).report.budget_exhausted
 
