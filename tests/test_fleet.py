@@ -6,15 +6,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
+import torch
 import torch.distributed as dist
 
 import tunesmith
+from tunesmith import plugins
 from tunesmith.cache.dist_store import DistributedStoreLayer
 from tunesmith.cache.filelocks import FileLocks
 from tunesmith.cache.flight import HeldElsewhere
 from tunesmith.fleet import deferring, defers, run_split, select_each
+from tunesmith_hookspecs import Timing
+
+from conftest import Mine, rand
 
 
 def test_a_file_lock_has_one_holder_until_released(tmp_path):
@@ -26,6 +32,39 @@ def test_a_file_lock_has_one_holder_until_released(tmp_path):
     mine.release("k" * 64, token)
     assert not mine.refresh("k" * 64, token, 30.0)
     assert other.acquire("k" * 64, 30.0) is not None
+
+
+def test_clearing_the_cache_removes_the_lock_files_nobody_holds(tmp_path):
+    from tunesmith.cache.local import LocalDiskCache
+
+    held, done = FileLocks(tmp_path), FileLocks(tmp_path)
+    token = held.acquire("k" * 64, 30.0)
+    done.release("j" * 64, done.acquire("j" * 64, 30.0))
+    assert LocalDiskCache(tmp_path).clear() == 0
+    assert sorted(p.name for p in (tmp_path / "locks").iterdir()) == ["k" * 64 + ".lock"]
+    assert done.acquire("k" * 64, 30.0) is None  # the holder's lock is still the lock
+    held.release("k" * 64, token)
+    assert FileLocks(tmp_path).clear() == 1 and not list((tmp_path / "locks").iterdir())
+
+
+def test_a_lock_file_removed_between_open_and_lock_is_not_taken_for_the_lock(tmp_path, monkeypatch):
+    """Another process may clear the lock file this one just opened: locking it would lock nothing
+    (a third process locks the new file), so this one locks the file the path names."""
+    import tunesmith.cache.filelocks as filelocks
+
+    real, calls = filelocks.fcntl.flock, []
+
+    def flock_after_a_clear(fd, how):
+        calls.append(fd)
+        if len(calls) == 1:
+            (tmp_path / "locks" / ("k" * 64 + ".lock")).unlink()
+        return real(fd, how)
+
+    monkeypatch.setattr(filelocks.fcntl, "flock", flock_after_a_clear)
+    mine = FileLocks(tmp_path)
+    assert mine.acquire("k" * 64, 30.0) is not None and len(calls) == 2
+    monkeypatch.setattr(filelocks.fcntl, "flock", real)
+    assert FileLocks(tmp_path).acquire("k" * 64, 30.0) is None
 
 
 def test_a_file_lock_dies_with_its_holder(tmp_path):
@@ -160,3 +199,141 @@ def test_each_rank_of_a_distributed_job_starts_on_its_own_share(monkeypatch):
     walked.clear()
     select_each(list(range(6)), select_one, wait_s=5.0)
     assert walked == [0, 1, 2, 3, 4, 5]
+
+
+class JobStore:
+    """A run-time plugin: one rank's view of a job's store, a real ``TCPStore`` on loopback (no
+    layer before the job starts)."""
+
+    def __init__(self, store: dist.Store | None) -> None:
+        self.layer = DistributedStoreLayer(store) if store is not None else None
+
+    @tunesmith.hookimpl
+    def tunesmith_cache_layers(self, options):
+        return [self.layer] if self.layer is not None else []
+
+
+class Timed:
+    """A benchmarker plugin: each choice takes its backend's time; ``meanwhile`` runs as it times
+    (another rank publishing while this one tunes)."""
+
+    def __init__(self, ms_by_backend: dict[str, float], meanwhile=lambda: None) -> None:
+        self.ms_by_backend, self.meanwhile = ms_by_backend, meanwhile
+
+    @tunesmith.hookimpl
+    def tunesmith_benchmarker(self, options):
+        return self
+
+    def benchmark(self, problem, choices, inputs):
+        self.meanwhile()
+        return [Timing(c.spec, self.ms_by_backend[c.spec.backend]) for c in choices]
+
+
+@pytest.fixture
+def job_store() -> Iterator[Callable[[], dist.Store]]:
+    """``job_store()``: a client of one job's store (its server started here, on a free port)."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    yield lambda: dist.TCPStore("127.0.0.1", server.port, is_master=False)
+    server = None  # the last reference: the server stops
+
+
+def _seed(register, folder, ms_by_backend) -> None:
+    """Fill ``folder`` with a tuning of ``A @ B`` made before the job (no job store)."""
+    name = register(Timed(ms_by_backend), "seed")
+    tunesmith.tune("mm", A, B, options={"backends": ["aten", "mine"], "cache_dir": str(folder)})
+    plugins.get_system().unregister(name)
+    tunesmith.reset()
+
+
+A, B = rand(16, 8), rand(8, 12)
+
+
+def test_a_rank_runs_the_answer_its_job_published_first_not_its_own_folders(register, job_store, tmp_path):
+    """Two ranks whose folders hold different answers from before the job: the first to publish
+    fixes the job's answer; the other takes it, and its folder is corrected."""
+    register(Mine())
+    options = {"backends": ["aten", "mine"]}
+    _seed(register, tmp_path / "rank0", {"aten": 2.0, "mine": 1.0})
+    _seed(register, tmp_path / "rank1", {"aten": 1.0, "mine": 2.0})
+    rank0 = register(JobStore(job_store()), "job")
+    first = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "rank0")})
+    assert first.spec.backend == "mine" and tunesmith.counters["autotune_job_answer"] == 0
+    plugins.get_system().unregister(rank0)
+    tunesmith.reset()
+    register(JobStore(job_store()), "job")
+    second = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "rank1")})
+    assert second.spec.backend == "mine" and second.report.source == "torch_distributed"
+    assert tunesmith.counters["autotune_job_answer"] == 1
+    tunesmith.reset()
+    alone = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "rank1"), "caches": ["local"]})
+    assert alone.spec.backend == "mine" and alone.report.source == "local"
+
+
+def test_a_rank_that_tunes_while_another_publishes_runs_the_published_answer(register, job_store, tmp_path):
+    """No folder holds an answer: this rank tunes (ATen wins here), but another rank published
+    first while it timed; the job's answer is the one it runs and keeps."""
+    register(Mine())
+    options = {"backends": ["aten", "mine"]}
+    _seed(register, tmp_path / "other", {"aten": 2.0, "mine": 1.0})
+    key = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "other")}).report.key
+    published = next((tmp_path / "other" / "entries").glob(f"*/{key}.json")).read_bytes()
+    tunesmith.reset()
+    store = job_store()
+    register(JobStore(store), "job")
+    register(Timed({"aten": 1.0, "mine": 2.0}, lambda: DistributedStoreLayer(store).put(key, published)), "timed")
+    chosen = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "mine")})
+    assert chosen.spec.backend == "mine" and tunesmith.counters["autotune_job_answer"] == 1
+    assert tunesmith.counters["autotune_tuned"] == 1
+    assert torch.allclose(chosen.kernel(A, B), A @ B, rtol=1e-5, atol=1e-5)
+    kept = next((tmp_path / "mine" / "entries").glob(f"*/{key}.json")).read_bytes()
+    assert kept == published
+
+
+class Chosen:
+    """A run-time plugin recording the spec of every selection and plan entry used."""
+
+    def __init__(self) -> None:
+        self.specs: list[str] = []
+
+    @tunesmith.hookimpl
+    def tunesmith_selection_done(self, report):
+        self.specs.append(report.chosen.backend)
+
+
+def _compile_run(folder, **extra):
+    """``relu(A @ B)`` compiled cold in this process (its Dynamo and memory reset), cached in
+    ``folder``; the result."""
+    torch._dynamo.reset()
+    tunesmith.reset()
+    options = {"backends": ["aten", "mine"], "cache_dir": str(folder), "graph_compiler": "eager", **extra}
+    return torch.compile(lambda a, b: torch.relu(a @ b), backend="tunesmith", options=options)(A, B)
+
+
+def test_a_graphs_plan_is_the_one_its_job_published_first(register, job_store, tmp_path):
+    """A compiled graph's plan follows the same rule: found in a rank's folder, or made while
+    another rank published first, the plan that runs is the job's."""
+    register(Mine())
+    chosen = register(Chosen(), "chosen")
+    timed, job = Timed({}), JobStore(None)
+    register(timed, "timed")  # registered throughout: the graph's key names the plugins
+    register(job, "job")
+    for folder, times in (("rank0", {"aten": 2.0, "mine": 1.0}), ("rank1", {"aten": 1.0, "mine": 2.0})):
+        timed.ms_by_backend = times
+        _compile_run(tmp_path / folder)
+    job.layer = DistributedStoreLayer(job_store())
+    _compile_run(tmp_path / "rank0")
+    job.layer = DistributedStoreLayer(job_store())
+    tracker = plugins.get_system().records[chosen].plugin
+    tracker.specs.clear()
+    out = _compile_run(tmp_path / "rank1")
+    assert torch.allclose(out, torch.relu(A @ B), rtol=1e-5, atol=1e-5)
+    assert tunesmith.counters["compiled_graph_job_answer"] == 1 and tracker.specs == ["mine"]
+    # a rank with an empty folder makes its own plan (ATen wins here) while rank 0's is published
+    plan = next(f for f in (tmp_path / "rank0" / "entries").glob("*/*.json") if b'"compiled_graph"' in f.read_bytes())
+    store = dist.PrefixStore("next-job", job_store())
+    job.layer = DistributedStoreLayer(store)
+    timed.meanwhile = lambda: DistributedStoreLayer(store).put(plan.stem, plan.read_bytes())
+    tracker.specs.clear()
+    out = _compile_run(tmp_path / "rank2")
+    assert torch.allclose(out, torch.relu(A @ B), rtol=1e-5, atol=1e-5)
+    assert tunesmith.counters["compiled_graph_job_answer"] == 1 and tracker.specs == ["aten", "mine"]

@@ -145,9 +145,11 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
                         "tuned %s: %s at %.4f ms, of %d choices in %.1f s",
                         describe(problem), entry.chosen, ms, len(entry.timings), entry.tuning_s,
                     )  # fmt: skip
-                    stack.put(key, unstructure(entry))
+                    theirs = stack.put(key, unstructure(entry), parse)
                     bump("autotune_tuned")
                     selection = _make(problem, key, entry, kernel, "tuned")
+                    if theirs is not None:  # another rank of this job published first: every rank runs that
+                        selection = _cached(problem, inputs, key, theirs, options) or selection
         except HeldElsewhere:  # raised before the block (nothing held): the caller comes back later
             if key not in _deferred:
                 _deferred.add(key)

@@ -51,16 +51,21 @@ class FileLocks:
         (``ttl_s`` is not needed: the lock lives as long as its holder)."""
         if fcntl is None:
             raise NoFileLocks("file locks need POSIX (fcntl)")
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except OSError as exc:  # a file system without flock (some network mounts): tuned alone
-            os.close(fd)
-            raise NoFileLocks(f"{self.folder}: {exc.strerror or exc}") from exc
+        path = self.folder / f"{key}.lock"
+        while True:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            except OSError as exc:  # a file system without flock (some network mounts): tuned alone
+                os.close(fd)
+                raise NoFileLocks(f"{self.folder}: {exc.strerror or exc}") from exc
+            if _names(path, fd):
+                break
+            os.close(fd)  # the file was removed (by clear) after it was opened: lock the new one
         token = uuid.uuid4().hex
         self._held[token] = fd
         _OPEN.add(fd)
@@ -74,3 +79,32 @@ class FileLocks:
         if fd is not None:
             _OPEN.discard(fd)
             os.close(fd)  # closing the descriptor drops the flock
+
+    def clear(self) -> int:
+        """Remove the lock files nobody holds (each is locked while it is removed); how many."""
+        if fcntl is None or not self.folder.is_dir():
+            return 0
+        removed = 0
+        for path in self.folder.glob("*.lock"):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError:  # removed meanwhile, or not ours to open: left alone
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _names(path, fd):
+                    path.unlink()
+                    removed += 1
+            except OSError:  # held (or no flock here): left alone
+                continue
+            finally:
+                os.close(fd)
+        return removed
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (a removed lock file locks nothing)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False

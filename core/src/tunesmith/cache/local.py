@@ -11,6 +11,7 @@ from pathlib import Path
 import platformdirs
 
 from tunesmith.cache.entry import MAX_ENTRY_BYTES, check_size
+from tunesmith.cache.filelocks import FileLocks
 
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 
@@ -98,6 +99,7 @@ class LocalDiskCache:
         if failed:
             raise NotCleared(removed, len(failed), failed[0])
         shutil.rmtree(self.entries, ignore_errors=True)  # the emptied folders
+        FileLocks(self.root).clear()  # the single-flight lock files nobody holds
         return removed
 
 

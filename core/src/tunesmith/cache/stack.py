@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from tunesmith.cache.dist_store import NAME as JOB_LAYER
+from tunesmith.cache.dist_store import DistributedStoreLayer
 from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, decode, encode
 from tunesmith.cache.filelocks import FileLocks
 from tunesmith.cache.local import LocalDiskCache
@@ -91,7 +93,9 @@ class CacheStack:
 
     def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False) -> tuple[T, str] | None:
         """The first valid entry for ``key`` and the name of its layer; bad entries are misses.
-        ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry)."""
+        ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry).
+        In a ``torch.distributed`` job, an entry found above the job's store is published there, and
+        the job's own entry, where it holds another, is taken instead (:meth:`_job_entry`)."""
         for i, layer in enumerate(self.layers):
             if not self.usable(layer, key):
                 continue
@@ -103,24 +107,25 @@ class CacheStack:
             except Exception as exc:  # noqa: BLE001 - a layer's failure is a miss, never a crash
                 self.failed(layer, key, "read", exc)
                 continue
-            value = None
-            if raw is not None:
-                try:
-                    value = parse(decode(raw, self.kind, key, self.secret))
-                except Exception as exc:  # noqa: BLE001 - whatever is wrong in an entry, it is a miss
-                    self.invalid(layer, key, exc, quiet)
+            value = None if raw is None else self._parse(layer, key, raw, parse, quiet)
             if value is None:
                 if not quiet:
                     bump(f"{self.kind}_{_scope(layer)}_miss")
                 continue
             bump(f"{self.kind}_{_scope(layer)}_hit")
+            theirs = self._job_entry(key, raw, self.layers[i + 1 :], parse)
+            if theirs is not None:  # the job's answer, which replaces this layer's entry too
+                self._put_into(self.layers[: i + 1], key, theirs[1])
+                return theirs[0], JOB_LAYER
             self._put_into(self.layers[:i], key, raw)
             return value, layer.name
         return None
 
-    def put(self, key: str, payload: Any) -> None:
+    def put(self, key: str, payload: Any, parse: Callable[[Any], T] | None = None) -> tuple[T, str] | None:
         """Store ``payload`` (plain JSON data) in every layer, unless it is over the size bound
-        (no reader would take it)."""
+        (no reader would take it). In a ``torch.distributed`` job whose store already holds another
+        entry for ``key`` (another rank published first), that entry is stored instead and returned
+        with its layer's name (when ``parse`` is given): the caller runs the job's answer."""
         raw = encode(self.kind, key, payload, self.secret)
         if len(raw) > MAX_ENTRY_BYTES:
             bump("cache_entry_too_large")
@@ -130,8 +135,45 @@ class CacheStack:
                 TunesmithWarning,
                 stacklevel=2,
             )
-            return
-        self._put_into(self.layers, key, raw)
+            return None
+        theirs = self._job_entry(key, raw, self.layers, parse)  # the job's store: published there
+        others = [x for x in self.layers if not isinstance(x, DistributedStoreLayer)]
+        self._put_into(others, key, raw if theirs is None else theirs[1])
+        return None if theirs is None else (theirs[0], JOB_LAYER)
+
+    def _parse(self, layer: CacheLayer, key: str, raw: bytes, parse: Callable[[Any], T], quiet: bool) -> T | None:
+        """``raw`` decoded and parsed; None, reported as invalid, where anything is wrong with it."""
+        try:
+            return parse(decode(raw, self.kind, key, self.secret))
+        except Exception as exc:  # noqa: BLE001 - whatever is wrong in an entry, it is a miss
+            self.invalid(layer, key, exc, quiet)
+            return None
+
+    def _job_entry(
+        self, key: str, raw: bytes, layers: Sequence[CacheLayer], parse: Callable[[Any], T] | None
+    ) -> tuple[T, bytes] | None:
+        """Publish ``raw`` to the job's store among ``layers``, unless the job holds an entry for
+        ``key`` already; that entry, parsed and as bytes, where it differs from ``raw`` and is valid.
+        The first rank to publish fixes the job's answer, so that every rank runs the same kernel
+        whatever its own layers held (``{kind}_job_answer``)."""
+        job = next((x for x in layers if isinstance(x, DistributedStoreLayer) and self.usable(x, key)), None)
+        if job is None:
+            return None
+        try:
+            theirs = job.publish(key, raw)
+        except Exception as exc:  # noqa: BLE001 - a layer's failure must not lose the result
+            self.failed(job, key, "write", exc)
+            return None
+        if theirs == raw:
+            bump(f"{self.kind}_remote_put")
+            return None
+        if parse is None:
+            return None
+        value = self._parse(job, key, theirs, parse, quiet=False)
+        if value is None:
+            return None
+        bump(f"{self.kind}_job_answer")
+        return value, theirs
 
     def _put_into(self, layers: Sequence[CacheLayer], key: str, raw: bytes) -> None:
         for layer in layers:

@@ -84,17 +84,14 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
         bump("compiled_graph_cache_hit" if found else "compiled_graph_cache_miss")
     plan = found[0] if found else None
     lowered = lower(gm, [*hooks.lowerings(options), AtenLowering()], dispatch.options_id(options))
-    chosen: dict[str, ChoiceSpec] = {}
-    own: list[fx.Node] = []
     with unset_fake_temporarily():  # tuning runs real kernels on real tensors; split with other processes
         prepared = select_each(lowered, lambda item: _prepare(item, plan, options), options.cache_lock_wait_s)
-    for item, found in zip(lowered, prepared, strict=True):
-        if found is not None:
-            chosen[found[0]] = found[1]
-            if found[1] == GRAPH_OWN:
-                own.append(item.node)
-    if key and plan is None:
-        stack.put(key, plan_payload(chosen))
+        if key and plan is None:
+            chosen = dict(found for found in prepared if found is not None)
+            theirs = stack.put(key, plan_payload(chosen), parse_plan)
+            if theirs is not None:  # another rank of this job published the graph's plan first: run it
+                prepared = [_prepare(item, theirs[0], options) for item in lowered]
+    own = [item.node for item, found in zip(lowered, prepared, strict=True) if found and found[1] == GRAPH_OWN]
     run_passes("post_grad_post", gm.graph, options)
     alive = set(gm.graph.nodes)  # a "post" pass may have removed a call
     for node in own:
