@@ -77,7 +77,7 @@ def test_tunesmith_plugins_lists_a_broken_plugin_and_exits_0(fixture_sites):
     rows = {row["name"]: row for row in json.loads(proc.stdout)}
     assert rows["fixture_broken"]["runnable"] is False
     assert "fails to import on purpose" in rows["fixture_broken"]["reason"]
-    assert rows["fixture_ext"]["runnable"] is True and "tunesmith_cache_backends" in rows["fixture_ext"]["hooks"]
+    assert rows["fixture_ext"]["runnable"] is True and "tunesmith_cache_layers" in rows["fixture_ext"]["hooks"]
     assert rows["aten"]["distribution"] == "tunesmith-aten"
 
 

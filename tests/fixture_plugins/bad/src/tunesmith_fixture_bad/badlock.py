@@ -34,5 +34,5 @@ class BadLock(FileLayer):
 
 
 @hookimpl
-def tunesmith_cache_backends(options):
+def tunesmith_cache_layers(options):
     return [BadLock("fixture_badlock", root(options))]

@@ -10,5 +10,5 @@ class Corrupt(FileLayer):
 
 
 @hookimpl
-def tunesmith_cache_backends(options):
+def tunesmith_cache_layers(options):
     return [Corrupt("fixture_corrupt", root(options))]

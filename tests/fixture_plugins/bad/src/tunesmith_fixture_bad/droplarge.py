@@ -10,5 +10,5 @@ class DropLarge(FileLayer):
 
 
 @hookimpl
-def tunesmith_cache_backends(options):
+def tunesmith_cache_layers(options):
     return [DropLarge("fixture_droplarge", root(options))]

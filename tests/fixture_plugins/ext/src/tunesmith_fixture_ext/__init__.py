@@ -57,5 +57,5 @@ def tunesmith_rebuild_choice(spec, problem):
 
 
 @hookimpl
-def tunesmith_cache_backends(options):
+def tunesmith_cache_layers(options):
     return [DictLayer()] if options.fixture_ext_layer else []
