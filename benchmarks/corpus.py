@@ -26,10 +26,11 @@ tune time against Inductor's median compile time. ``--chart`` draws the speedups
 
 A device call lasts at most 10 minutes and a case takes, by estimate, most of a minute (two fresh
 processes, Inductor's compile, the timings), so a run is many calls. Rows are written as each case
-finishes; ``--resume`` skips the cases already in the ``--json`` file (retrying rows with an error)
-and ``--stop-after`` stops starting cases after that many seconds. Each call carries the previous
-call's file in the working tree and continues it (``benchmarks/corpus_gpu.sh`` does both). Runs on
-several GPUs take disjoint cases (``--shard 1/2``, ``--cases``) and join with ``--merge``.
+finishes; ``--resume`` skips the cases already in the ``--json`` file (retrying rows with an error;
+a file made on another device, versions or settings is refused) and ``--stop-after`` stops
+starting cases after that many seconds. Each call carries the previous call's file in the working
+tree and continues it (``benchmarks/corpus_gpu.sh`` does both). Runs on several GPUs take disjoint
+cases (``--shard 1/2``, ``--cases``) and join with ``--merge``.
 
 ``--small`` runs each case at a tiny size derived from it (dimensions cut to at most 64, float32)
 on the CPU, with backends aten (``--backends aten,triton`` with ``TRITON_INTERPRET=1`` for Triton),
@@ -426,6 +427,10 @@ def chart(result: dict[str, Any], target: str) -> None:
     fig.savefig(target, dpi=110)
 
 
+#: what a resumed run must share with the rows it keeps (its date may differ)
+RESUME_SAME = ("device", "torch", "triton", "backends", "prune", "small", "inductor_mode", "corpus", "timing")
+
+
 def run_info(args: argparse.Namespace) -> dict[str, Any]:
     """What a result records about its run: gemm.py's (device, versions, date) and this script's settings."""
     info = gemm.run_info(6)
@@ -532,8 +537,10 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     if args.resume and Path(args.json).is_file():
         before = json.loads(Path(args.json).read_text())
-        if before["device"] != info["device"]:
-            raise SystemExit(f"{args.json} ran on {before['device']}, this is {info['device']}: use another file")
+        differ = [k for k in RESUME_SAME if before.get(k) != info.get(k)]
+        if differ:
+            were = ", ".join(f"{k} {before.get(k)!r} (now {info.get(k)!r})" for k in differ)
+            raise SystemExit(f"{args.json} ran with {were}: its rows do not compare, use another file")
         rows = [r for r in before["cases"] if "error" not in r]  # a case that failed is tried again
         done = {r["name"] for r in rows}
         print(f"resuming: {len(done)} cases done", file=sys.stderr)

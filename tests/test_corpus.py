@@ -150,6 +150,8 @@ def test_corpus_py_small_runs_end_to_end_and_resume_skips_done_cases(tmp_path):
     assert "resuming: 2 cases done" in again.stderr and "no case left: 2 rows" in again.stderr
     assert "..." not in again.stderr  # no case started
     assert json.loads(result.read_text())["cases"] == rows
+    other = _corpus("--json", str(result), "--cases", ",".join(names), "--resume", "--backends", "aten,triton")
+    assert other.returncode != 0 and "ran with backends ['aten']" in other.stderr
 
 
 def test_merge_joins_parts_in_corpus_order_and_a_good_row_beats_an_error(tmp_path):
