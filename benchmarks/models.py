@@ -39,6 +39,12 @@ each, while the first runs every other row; then the first times ``max_autotune`
 there, in turn. Rows are written to ``--json`` as they finish, so a stopped run keeps what it
 measured; ``--resume`` skips the rows there.
 
+Processes running the same plan differ in step time by a few percent (placement in memory, clock),
+more than the 1% the bars allow: ``--processes N`` times each variant of ``--retime`` (default
+``RETIMED``, those the bars compare) in N processes, the extra ones on the variant's warm caches
+and in turns (one process of each variant a round, after all of a run's rows), and takes the
+medians; each process's times stay in the row (``step_ms_processes``, ``gpu_ms_processes``).
+
 Where the time goes: ``--kernels DIR`` writes each row's profiled kernels by name and its host
 profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant once
 more, cold, under cProfile, and writes where its first step's time went.
@@ -80,6 +86,8 @@ VARIANTS = (
 #: variants whose first step is also measured in a second process on warm caches
 WARM = ("tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
+#: variants timed in several processes with ``--processes N`` (those the bars compare)
+RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_aten_only")
 #: where measurement processes write their kernel tables (``--kernels``)
 KERNELS_ENV = "TUNESMITH_MODELS_KERNELS"
 #: where a measurement process writes the profile of its first step (``--cold-profile``)
@@ -504,10 +512,20 @@ class Runner:
         return (self.root / f"{model}-{variant}").exists()
 
     def process(
-        self, model: str, variant: str, gpu: int | None, cpus: list[int] | None, caches: dict[str, str], timed: bool
+        self,
+        model: str,
+        variant: str,
+        gpu: int | None,
+        cpus: list[int] | None,
+        caches: dict[str, str],
+        timed: bool,
+        kernels: bool = True,
     ) -> dict[str, Any]:
-        """One measurement process; its row, or an error (a timeout says how long it ran)."""
+        """One measurement process; its row, or an error (a timeout says how long it ran). Without
+        ``kernels`` it writes no kernel table (the first process's stays)."""
         env = {**os.environ, **caches, "PYTHONUNBUFFERED": "1"}
+        if not kernels:
+            env.pop(KERNELS_ENV, None)
         if gpu is not None:  # the gpu-th of the GPUs this process sees
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[gpu] if visible else str(gpu)
@@ -575,6 +593,35 @@ class Runner:
             self.process(model, variant, gpu, cpus, profiled, False)
         self.record(row)
 
+    def retime(self, model: str, variants: list[str], gpu: int | None, cpus: list[int] | None) -> None:
+        """``--processes N``: N - 1 more timed processes of each of ``model``'s ``variants``, on the
+        variant's warm caches, in turns (a process of each variant a round), so that the spread
+        between processes and over time falls on every variant alike; a row's ``step_ms`` and
+        ``gpu_ms`` become the medians over its processes (each kept in ``*_processes``)."""
+        todo = []
+        for variant in variants:
+            row = next((r for r in self.rows if (r["model"], r["variant"]) == (model, variant)), None)
+            cache = ANCHOR if row and row.get("first_step_cache") else variant
+            # the plan must be the first process's: its caches are needed (a resumed row's are gone)
+            warm = variant == "eager" or self.caches_of(model, cache)
+            if row and "step_ms" in row and "step_ms_processes" not in row and warm:
+                row["step_ms_processes"], row["gpu_ms_processes"] = [row["step_ms"]], [row.get("gpu_ms")]
+                todo.append((row, cache))
+        for _ in range(self.args.processes - 1):
+            for row, cache in todo:
+                timed = self.process(model, row["variant"], gpu, cpus, self.caches(model, cache), True, False)
+                if "error" in timed:
+                    row.setdefault("retime_errors", []).append(timed["error"].splitlines()[0])
+                    continue
+                row["step_ms_processes"].append(timed["step_ms"])
+                row["gpu_ms_processes"].append(timed.get("gpu_ms"))
+        for row, _ in todo:
+            row["step_ms"] = round(statistics.median(row["step_ms_processes"]), 4)
+            gpu_times = [t for t in row.pop("gpu_ms_processes") if t is not None]
+            if gpu_times:
+                row["gpu_ms"], row["gpu_ms_processes"] = round(statistics.median(gpu_times), 4), gpu_times
+            self.record(row)
+
 
 def order(row: dict[str, Any]) -> tuple[int, int]:
     models = list(MODELS)
@@ -625,6 +672,9 @@ def run(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict[str, Any]]:
                 else:
                     row = {**timed, "first_step_cache": "max_autotune's (warm)"}
                 runner.record({"model": m, "variant": v, **row})
+    if args.processes > 1:
+        for m in models:
+            runner.retime(m, [v for v in args.retime if v in variants], main_gpu, main_cpus)
     shutil.rmtree(runner.root, ignore_errors=True)
     return runner.rows
 
@@ -644,6 +694,12 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         f"{WARMUP} warm-up steps; gpu_ms: profiler device time over {PROFILED} steps, per step; first_step_s: "
         "the first call in a fresh process on empty caches, to the last kernel"
     )
+    if args.processes > 1:
+        meta["timing"] += (
+            f"; for {', '.join(args.retime)}: step_ms and gpu_ms are medians over {args.processes} processes "
+            "(the first cold, the others on its warm caches, the variants in turns)"
+        )
+    meta["processes"] = args.processes
     meta["small"] = bool(args.small)
     return meta
 
@@ -722,6 +778,10 @@ def main() -> None:
     parser.add_argument("--limit-other", type=float, default=300.0, help="seconds any other process may take")
     parser.add_argument("--warm", type=lambda s: s.split(","), default=list(WARM), help="variants timed warm too")
     parser.add_argument("--json", help="write the rows here (as they finish)")
+    parser.add_argument("--processes", type=int, default=1, help="time --retime's variants in this many processes")
+    parser.add_argument(
+        "--retime", type=lambda s: s.split(","), default=list(RETIMED), help="variants --processes applies to"
+    )
     parser.add_argument(
         "--kernels", help="write each row's profiled kernels, by name, and its host profile to tables in this folder"
     )

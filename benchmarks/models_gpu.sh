@@ -4,12 +4,13 @@
 # of the CPU cores, a model's rows all on one GPU (GPU 0: gpt2, mlp_decode, llama; GPU 1: bert, then
 # resnet50, whose max-autotune rows run last), and merges the rows into $OUT/models.json with its
 # chart (commit them as benchmarks/results/models_<device>.json and .png). Rows are written as they
-# finish, so a run stopped early keeps what it measured. About 17 minutes on an H100 pair.
+# finish, so a run stopped early keeps what it measured. About 22 minutes on an H100 pair.
 #   bash benchmarks/models_gpu.sh            # or: setsid bash benchmarks/models_gpu.sh > log 2>&1 &
 # GPU0_MODELS, GPU1_MODELS and LAST_MODELS change the split, VARIANTS the rows (in the order they
 # run: max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a
 # max-autotune process may take (600) and LAST_LIMIT that for LAST_MODELS (450); WORK is where rows
-# and logs go (/tmp/models), KERNELS where each row's table of profiled kernels goes ($OUT/kernels).
+# and logs go (/tmp/models), KERNELS where each row's table of profiled kernels goes ($OUT/kernels),
+# PROCESSES how many processes time each of the variants the bars compare (3; about 5 minutes more).
 # Rows already in WORK's gpu0.json and gpu1.json are kept (--resume): copy a stopped run's files
 # there to finish it.
 set -u
@@ -24,7 +25,8 @@ NOT_MA=$(echo "$ORDER" | tr , '\n' | grep -v '^max_autotune' | paste -sd,)
 run() {  # GPU CPUS JSON ARGS...
     local gpu=$1 cpus=$2 json=$3; shift 3
     CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 benchmarks/models.py --warm tunesmith --resume \
-        --limit "${LIMIT:-600}" --kernels "${KERNELS:-$OUT/kernels}" --json "$json" "$@"
+        --limit "${LIMIT:-600}" --kernels "${KERNELS:-$OUT/kernels}" --processes "${PROCESSES:-3}" \
+        --json "$json" "$@"
 }
 run 0 "0-$((H - 1))" "$WORK/gpu0.json" --models "${GPU0_MODELS:-gpt2,mlp_decode,llama}" --variants "$ORDER" \
     > "$WORK/gpu0.log" 2>&1 &

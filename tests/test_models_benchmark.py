@@ -1,0 +1,32 @@
+"""``benchmarks/models.py`` end to end on the CPU (``--small``): rows, the warm process, and
+``--processes``, which times a variant in several processes and takes the median."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_env
+
+MODELS_PY = Path(__file__).resolve().parents[1] / "benchmarks" / "models.py"
+
+
+def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
+    result = tmp_path / "models.json"
+    command = [sys.executable, str(MODELS_PY), "--device", "cpu", "--small", "--models", "mlp_decode"]
+    command += ["--variants", "eager,tunesmith", "--warm", "tunesmith", "--processes", "3"]
+    command += ["--retime", "tunesmith", "--json", str(result)]
+    proc = subprocess.run(command, capture_output=True, text=True, env=run_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    body = json.loads(result.read_text())
+    assert body["processes"] == 3 and "medians over 3 processes" in body["timing"]
+    rows = {r["variant"]: r for r in body["rows"]}
+    assert set(rows) == {"eager", "tunesmith"} and not any("error" in r for r in rows.values())
+    mine = rows["tunesmith"]
+    assert len(mine["step_ms_processes"]) == 3 and "retime_errors" not in mine
+    assert mine["step_ms"] == round(statistics.median(mine["step_ms_processes"]), 4)
+    assert mine["out_rel_err"] < 2e-2 and mine["warm_first_step_s"] > 0  # bfloat16 against eager
+    assert "step_ms_processes" not in rows["eager"]  # not in --retime: one process
