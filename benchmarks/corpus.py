@@ -471,7 +471,8 @@ def merge(paths: list[str], corpus: str) -> dict[str, Any]:
     order = {name: i for i, name in enumerate(load_cases(Path(corpus), False))}
     merged = sorted(rows.values(), key=lambda r: order.get(r["name"], len(order)))
     info = {k: v for k, v in parts[0].items() if k not in ("cases", "summary", "partial")}
-    return {**info, "partial": False, "parts": len(parts), "summary": summary(merged), "cases": merged}
+    partial = any(p.get("partial") for p in parts)  # a part stopped with cases left
+    return {**info, "partial": partial, "parts": len(parts), "summary": summary(merged), "cases": merged}
 
 
 def main() -> int:

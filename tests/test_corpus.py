@@ -177,3 +177,7 @@ def test_merge_joins_parts_in_corpus_order_and_a_good_row_beats_an_error(tmp_pat
     assert [r["name"] for r in merged["cases"]] == names and "error" not in merged["cases"][0]
     assert merged["device"] == "X" and merged["summary"]["test"]["cases"] == 3
     assert merged["summary"]["test"]["median_tune_over_median_compile"] == 0.25
+    assert not merged["partial"]
+    parts[1]["partial"] = True  # a GPU's shard stopped with cases left: so did the run
+    paths[1].write_text(json.dumps(parts[1]))
+    assert corpus.merge([str(p) for p in paths], str(CORPUS))["partial"]
