@@ -1,42 +1,56 @@
 #!/usr/bin/env bash
 # The model benchmark on the GPU machine, within its device budget: installs the repository (and the
-# wheels carried in .whl/), then runs benchmarks/models.py on each of two GPUs at once, each on half
-# of the CPU cores, a model's rows all on one GPU (GPU 0: gpt2, mlp_decode, llama; GPU 1: bert, then
-# resnet50, whose max-autotune rows run last), and merges the rows into $OUT/models.json with its
-# chart (commit them as benchmarks/results/models_<device>.json and .png). Rows are written as they
-# finish, so a run stopped early keeps what it measured. About 22 minutes on an H100 pair.
+# wheels carried in .whl/), then runs benchmarks/models.py on every GPU at once, a group of models
+# each, on its share of the CPU cores (a model's rows all on one GPU), and merges the rows into
+# $OUT/models.json with its chart (commit them as benchmarks/results/models_<device>.json and .png).
+# Groups: on four GPUs or more gpt2 | mlp_decode,llama | bert | resnet50; on two gpt2,mlp_decode,llama
+# | bert,resnet50; on one, all. resnet50's max-autotune rows run last in their group (its compile
+# took over 200 s when the issue was filed). Rows are written as they finish, so a run stopped
+# early keeps what it measured. About 22 minutes on an H100 pair, about 11 on four.
 #   bash benchmarks/models_gpu.sh            # or: setsid bash benchmarks/models_gpu.sh > log 2>&1 &
-# GPU0_MODELS, GPU1_MODELS and LAST_MODELS change the split, VARIANTS the rows (in the order they
-# run: max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a
-# max-autotune process may take (600) and LAST_LIMIT that for LAST_MODELS (450); WORK is where rows
-# and logs go (/tmp/models), KERNELS where each row's table of profiled kernels goes ($OUT/kernels),
-# PROCESSES how many processes time each of the variants the bars compare (3; about 5 minutes more).
-# Rows already in WORK's gpu0.json and gpu1.json are kept (--resume): copy a stopped run's files
-# there to finish it.
+# MODEL_GROUPS changes the groups (";" between GPUs, "," within), LAST_MODELS the models whose
+# max-autotune rows run last (resnet50), VARIANTS the rows (in the order they run:
+# max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a max-autotune
+# process may take (600) and LAST_LIMIT that for LAST_MODELS (450), PROCESSES how many processes
+# time each of the variants the bars compare (3); WORK is where rows and logs go (/tmp/models),
+# KERNELS where each row's table of profiled kernels goes ($OUT/kernels). Rows already in WORK's
+# gpu<i>.json are kept (--resume): copy a stopped run's files there to finish it.
 set -u
 source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
 export PYTHONUNBUFFERED=1
 WORK=${WORK:-/tmp/models}
 mkdir -p "$WORK"
-N=$(nproc); H=$((N / 2))
+N=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+if [ "$N" -ge 4 ]; then DEFAULT="gpt2;mlp_decode,llama;bert;resnet50"
+elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama;bert,resnet50"
+else DEFAULT="gpt2,mlp_decode,llama,bert,resnet50"; fi
+IFS=';' read -ra GROUP <<< "${MODEL_GROUPS:-$DEFAULT}"
+PER=$(($(nproc) / ${#GROUP[@]}))
 ORDER=${VARIANTS:-tunesmith,max_autotune,reduce_overhead,tunesmith_aten_only,tunesmith_default,inductor,eager,max_autotune_nocg}
 NOT_MA=$(echo "$ORDER" | tr , '\n' | grep -v '^max_autotune' | paste -sd,)
-run() {  # GPU CPUS JSON ARGS...
-    local gpu=$1 cpus=$2 json=$3; shift 3
-    CUDA_VISIBLE_DEVICES=$gpu taskset -c "$cpus" python3 benchmarks/models.py --warm tunesmith --resume \
-        --limit "${LIMIT:-600}" --kernels "${KERNELS:-$OUT/kernels}" --processes "${PROCESSES:-3}" \
-        --json "$json" "$@"
+LAST=",${LAST_MODELS:-resnet50},"
+run() {  # GPU ARGS...
+    local gpu=$1 pin=(); shift
+    if [ "$PER" -ge 1 ]; then pin=(taskset -c "$((gpu * PER))-$(((gpu + 1) * PER - 1))"); fi
+    CUDA_VISIBLE_DEVICES=$gpu "${pin[@]}" python3 benchmarks/models.py \
+        --warm tunesmith --resume --limit "${LIMIT:-600}" --kernels "${KERNELS:-$OUT/kernels}" \
+        --processes "${PROCESSES:-3}" --json "$WORK/gpu$gpu.json" "$@"
 }
-run 0 "0-$((H - 1))" "$WORK/gpu0.json" --models "${GPU0_MODELS:-gpt2,mlp_decode,llama}" --variants "$ORDER" \
-    > "$WORK/gpu0.log" 2>&1 &
-(
-    run 1 "$H-$((N - 1))" "$WORK/gpu1.json" --models "${GPU1_MODELS:-bert}" --variants "$ORDER"
-    # resnet50's max-autotune compile took over 200 s when the issue was filed: last, capped
-    LAST=${LAST_MODELS:-resnet50}
-    run 1 "$H-$((N - 1))" "$WORK/gpu1.json" --models "$LAST" --variants "$NOT_MA"
-    run 1 "$H-$((N - 1))" "$WORK/gpu1.json" --models "$LAST" --variants "$ORDER" --limit "${LAST_LIMIT:-450}"
-) > "$WORK/gpu1.log" 2>&1 &
+group() {  # GPU MODELS: a model's rows, one model after another
+    local gpu=$1 model
+    for model in ${2//,/ }; do
+        if [[ $LAST == *",$model,"* ]]; then
+            run "$gpu" --models "$model" --variants "$NOT_MA"
+            run "$gpu" --models "$model" --variants "$ORDER" --limit "${LAST_LIMIT:-450}"
+        else
+            run "$gpu" --models "$model" --variants "$ORDER"
+        fi
+    done
+}
+for i in "${!GROUP[@]}"; do
+    group "$i" "${GROUP[$i]}" > "$WORK/gpu$i.log" 2>&1 &
+done
 wait
 python3 benchmarks/models.py --merge "$WORK"/gpu*.json --json "$OUT/models.json" --chart "$OUT/models.png"
 echo done > "$WORK/done"
