@@ -694,12 +694,14 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         f"{WARMUP} warm-up steps; gpu_ms: profiler device time over {PROFILED} steps, per step; first_step_s: "
         "the first call in a fresh process on empty caches, to the last kernel"
     )
-    if args.processes > 1:
+    processes = getattr(args, "processes", 1)  # fleet.py describes its run with its own arguments
+    if processes > 1:
         meta["timing"] += (
-            f"; for {', '.join(args.retime)}: step_ms and gpu_ms are medians over {args.processes} processes "
-            "(the first cold, the others on its warm caches, the variants in turns)"
+            f"; for {', '.join(args.retime)}: step_ms and gpu_ms are medians over {processes} processes "
+            "(the first cold, the others on its warm caches, the variants in turns) where a row has "
+            "step_ms_processes (a row resumed from an earlier run has one process)"
         )
-    meta["processes"] = args.processes
+    meta["processes"] = processes
     meta["small"] = bool(args.small)
     return meta
 

@@ -20,7 +20,7 @@ from tunesmith.cache.flight import HeldElsewhere
 from tunesmith.fleet import deferring, defers, run_split, select_each
 from tunesmith_hookspecs import Timing
 
-from conftest import Mine, rand
+from conftest import Mine, MineChoice, rand
 
 
 def test_a_file_lock_has_one_holder_until_released(tmp_path):
@@ -203,14 +203,25 @@ def test_each_rank_of_a_distributed_job_starts_on_its_own_share(monkeypatch):
 
 class JobStore:
     """A run-time plugin: one rank's view of a job's store, a real ``TCPStore`` on loopback (no
-    layer before the job starts)."""
+    layer before the job starts). ``late`` makes its next look-up miss, as when another rank
+    publishes between this rank's look-up and its own publishing."""
 
     def __init__(self, store: dist.Store | None) -> None:
-        self.layer = DistributedStoreLayer(store) if store is not None else None
+        self.layer = Late(store) if store is not None else None
 
     @tunesmith.hookimpl
     def tunesmith_cache_layers(self, options):
         return [self.layer] if self.layer is not None else []
+
+
+class Late(DistributedStoreLayer):
+    late = False
+
+    def get(self, key):
+        if self.late:
+            self.late = False
+            return None
+        return super().get(key)
 
 
 class Timed:
@@ -245,52 +256,104 @@ def _seed(register, folder, ms_by_backend) -> None:
     tunesmith.reset()
 
 
+def _entry(folder, kind: bytes = b'"autotune"'):
+    """The one entry of ``kind`` in a local cache ``folder``."""
+    return next(f for f in (folder / "entries").glob("*/*.json") if kind in f.read_bytes())
+
+
 A, B = rand(16, 8), rand(8, 12)
+OPTIONS = {"backends": ["aten", "mine"]}
 
 
 def test_a_rank_runs_the_answer_its_job_published_first_not_its_own_folders(register, job_store, tmp_path):
-    """Two ranks whose folders hold different answers from before the job: the first to publish
-    fixes the job's answer; the other takes it, and its folder is corrected."""
+    """Ranks whose folders hold different answers from before the job: the first to publish fixes
+    the job's answer; a rank after it reads the job's store first, and one that published late
+    (the job's answer came between its look-up and its publishing) takes the job's."""
     register(Mine())
-    options = {"backends": ["aten", "mine"]}
     _seed(register, tmp_path / "rank0", {"aten": 2.0, "mine": 1.0})
-    _seed(register, tmp_path / "rank1", {"aten": 1.0, "mine": 2.0})
-    rank0 = register(JobStore(job_store()), "job")
-    first = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "rank0")})
-    assert first.spec.backend == "mine" and tunesmith.counters["autotune_job_answer"] == 0
-    plugins.get_system().unregister(rank0)
+    for rank in ("rank1", "rank2"):
+        _seed(register, tmp_path / rank, {"aten": 1.0, "mine": 2.0})
+    job = JobStore(None)
+    register(job, "job")
+    job.layer = Late(job_store())
+    first = tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "rank0")})
+    assert first.spec.backend == "mine" and first.report.source == "local"
     tunesmith.reset()
-    register(JobStore(job_store()), "job")
-    second = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "rank1")})
+    job.layer = Late(job_store())
+    second = tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "rank1")})
     assert second.spec.backend == "mine" and second.report.source == "torch_distributed"
+    tunesmith.reset()
+    job.layer = Late(job_store())
+    job.layer.late = True
+    third = tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "rank2")})
+    assert third.spec.backend == "mine" and third.report.source == "torch_distributed"
     assert tunesmith.counters["autotune_job_answer"] == 1
     tunesmith.reset()
-    alone = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "rank1"), "caches": ["local"]})
+    job.layer = None  # after the job: rank 1's folder holds the job's answer (read through)
+    alone = tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "rank1")})
     assert alone.spec.backend == "mine" and alone.report.source == "local"
 
 
 def test_a_rank_that_tunes_while_another_publishes_runs_the_published_answer(register, job_store, tmp_path):
     """No folder holds an answer: this rank tunes (ATen wins here), but another rank published
-    first while it timed; the job's answer is the one it runs and keeps."""
+    first while it timed; the job's answer is the one it runs."""
     register(Mine())
-    options = {"backends": ["aten", "mine"]}
     _seed(register, tmp_path / "other", {"aten": 2.0, "mine": 1.0})
-    key = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "other")}).report.key
-    published = next((tmp_path / "other" / "entries").glob(f"*/{key}.json")).read_bytes()
-    tunesmith.reset()
+    published = _entry(tmp_path / "other")
     store = job_store()
     register(JobStore(store), "job")
-    register(Timed({"aten": 1.0, "mine": 2.0}, lambda: DistributedStoreLayer(store).put(key, published)), "timed")
-    chosen = tunesmith.tune("mm", A, B, options={**options, "cache_dir": str(tmp_path / "mine")})
+    publish = lambda: DistributedStoreLayer(store).publish(published.stem, published.read_bytes())  # noqa: E731
+    register(Timed({"aten": 1.0, "mine": 2.0}, publish), "timed")
+    chosen = tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "mine")})
     assert chosen.spec.backend == "mine" and tunesmith.counters["autotune_job_answer"] == 1
     assert tunesmith.counters["autotune_tuned"] == 1
     assert torch.allclose(chosen.kernel(A, B), A @ B, rtol=1e-5, atol=1e-5)
-    kept = next((tmp_path / "mine" / "entries").glob(f"*/{key}.json")).read_bytes()
-    assert kept == published
+
+
+class Fragile:
+    """Mine's backend, whose choice cannot be readied while ``broken`` (as on a rank that lacks
+    what it needs)."""
+
+    broken = False
+
+    @tunesmith.hookimpl
+    def tunesmith_choices(self, problem, options):
+        choice = MineChoice(problem)
+        if self.broken:
+
+            def precompile():
+                raise RuntimeError("not on this rank")
+
+            choice.precompile = precompile
+        return [choice]
+
+
+def test_a_job_answer_that_cannot_run_here_is_not_taken_and_a_bad_one_is_replaced(register, job_store, tmp_path):
+    """An answer this rank cannot ready leaves the rank its own; one that is not a valid entry
+    (made with another cache_secret, say) is replaced by the rank's."""
+    fragile = Fragile()
+    register(fragile, "mine")
+    _seed(register, tmp_path / "other", {"aten": 2.0, "mine": 1.0})
+    published = _entry(tmp_path / "other")
+    store = job_store()
+    DistributedStoreLayer(store).publish(published.stem, published.read_bytes())
+    job = register(JobStore(store), "job")
+    fragile.broken = True
+    with pytest.warns(tunesmith.TunesmithWarning, match="cannot run here"):
+        own = tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "a")})
+    assert own.spec.backend == "aten" and tunesmith.counters["autotune_job_answer"] == 0
+    tunesmith.reset()
+    plugins.get_system().unregister(job)
+    bad = dist.PrefixStore("job2", job_store())
+    DistributedStoreLayer(bad).publish(published.stem, b"not an entry")
+    register(JobStore(bad), "job2")
+    with pytest.warns(tunesmith.TunesmithWarning, match="invalid"):
+        tunesmith.tune("mm", A, B, options={**OPTIONS, "cache_dir": str(tmp_path / "b")})
+    assert DistributedStoreLayer(bad).get(published.stem) == _entry(tmp_path / "b").read_bytes()
 
 
 class Chosen:
-    """A run-time plugin recording the spec of every selection and plan entry used."""
+    """A run-time plugin recording the backend of every selection and plan entry used."""
 
     def __init__(self) -> None:
         self.specs: list[str] = []
@@ -305,35 +368,36 @@ def _compile_run(folder, **extra):
     ``folder``; the result."""
     torch._dynamo.reset()
     tunesmith.reset()
-    options = {"backends": ["aten", "mine"], "cache_dir": str(folder), "graph_compiler": "eager", **extra}
+    options = {**OPTIONS, "cache_dir": str(folder), "graph_compiler": "eager", **extra}
     return torch.compile(lambda a, b: torch.relu(a @ b), backend="tunesmith", options=options)(A, B)
 
 
 def test_a_graphs_plan_is_the_one_its_job_published_first(register, job_store, tmp_path):
-    """A compiled graph's plan follows the same rule: found in a rank's folder, or made while
-    another rank published first, the plan that runs is the job's."""
+    """A compiled graph's plan follows the same rule: found in a rank's folder and published late,
+    or made while another rank published first, the plan that runs is the job's."""
     register(Mine())
-    chosen = register(Chosen(), "chosen")
+    chosen = Chosen()
+    register(chosen, "chosen")
     timed, job = Timed({}), JobStore(None)
     register(timed, "timed")  # registered throughout: the graph's key names the plugins
     register(job, "job")
     for folder, times in (("rank0", {"aten": 2.0, "mine": 1.0}), ("rank1", {"aten": 1.0, "mine": 2.0})):
         timed.ms_by_backend = times
         _compile_run(tmp_path / folder)
-    job.layer = DistributedStoreLayer(job_store())
+    job.layer = Late(job_store())
     _compile_run(tmp_path / "rank0")
-    job.layer = DistributedStoreLayer(job_store())
-    tracker = plugins.get_system().records[chosen].plugin
-    tracker.specs.clear()
+    job.layer = Late(job_store())
+    job.layer.late = True
+    chosen.specs.clear()
     out = _compile_run(tmp_path / "rank1")
     assert torch.allclose(out, torch.relu(A @ B), rtol=1e-5, atol=1e-5)
-    assert tunesmith.counters["compiled_graph_job_answer"] == 1 and tracker.specs == ["mine"]
+    assert tunesmith.counters["compiled_graph_job_answer"] == 1 and chosen.specs == ["mine"]
     # a rank with an empty folder makes its own plan (ATen wins here) while rank 0's is published
-    plan = next(f for f in (tmp_path / "rank0" / "entries").glob("*/*.json") if b'"compiled_graph"' in f.read_bytes())
+    plan = _entry(tmp_path / "rank0", b'"compiled_graph"')
     store = dist.PrefixStore("next-job", job_store())
-    job.layer = DistributedStoreLayer(store)
-    timed.meanwhile = lambda: DistributedStoreLayer(store).put(plan.stem, plan.read_bytes())
-    tracker.specs.clear()
+    job.layer = Late(store)
+    timed.meanwhile = lambda: DistributedStoreLayer(store).publish(plan.stem, plan.read_bytes())
+    chosen.specs.clear()
     out = _compile_run(tmp_path / "rank2")
     assert torch.allclose(out, torch.relu(A @ B), rtol=1e-5, atol=1e-5)
-    assert tunesmith.counters["compiled_graph_job_answer"] == 1 and tracker.specs == ["aten", "mine"]
+    assert tunesmith.counters["compiled_graph_job_answer"] == 1 and chosen.specs == ["aten", "mine"]

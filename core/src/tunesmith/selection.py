@@ -20,6 +20,7 @@ import torch
 
 from tunesmith import hooks
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
+from tunesmith.cache.dist_store import NAME as JOB_LAYER
 from tunesmith.cache.flight import HeldElsewhere, SingleFlight
 from tunesmith.cache.keys import device_name, selection_key
 from tunesmith.cache.stack import CacheStack
@@ -122,19 +123,16 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
         return selection
     stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
 
-    def parse(payload: Any) -> SelectionEntry:
-        return structure(payload, SelectionEntry)
-
-    first = stack.get(key, parse)
-    selection = _cached(problem, inputs, key, first, options)
+    first = stack.get(key, _parse_entry)
+    selection = _found(stack, problem, inputs, key, first, options)
     if selection is not None and key in _deferred:
         bump("autotune_taken")  # another process tuned it while this one held off
     if selection is None:
         ttl_s, wait_s = options.cache_lock_ttl_s, patience(options.cache_lock_wait_s)
-        flight = SingleFlight(stack, key, parse, ttl_s, wait_s, defers(), seen=first)
+        flight = SingleFlight(stack, key, _parse_entry, ttl_s, wait_s, defers(), seen=first)
         try:
             with flight as found:
-                selection = _cached(problem, inputs, key, found, options)  # another process tuned it meanwhile
+                selection = _found(stack, problem, inputs, key, found, options)  # another process tuned it meanwhile
                 if selection is not None:
                     bump("autotune_taken")
                 else:
@@ -145,11 +143,11 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
                         "tuned %s: %s at %.4f ms, of %d choices in %.1f s",
                         describe(problem), entry.chosen, ms, len(entry.timings), entry.tuning_s,
                     )  # fmt: skip
-                    theirs = stack.put(key, unstructure(entry), parse)
+                    theirs = stack.put(key, unstructure(entry), _parse_entry)
                     bump("autotune_tuned")
-                    selection = _make(problem, key, entry, kernel, "tuned")
-                    if theirs is not None:  # another rank of this job published first: every rank runs that
-                        selection = _cached(problem, inputs, key, theirs, options) or selection
+                    selection = _job_answer(
+                        problem, inputs, key, _make(problem, key, entry, kernel, "tuned"), theirs, options
+                    )
         except HeldElsewhere:  # raised before the block (nothing held): the caller comes back later
             if key not in _deferred:
                 _deferred.add(key)
@@ -160,6 +158,48 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
         _memory[key] = selection
     hooks.selection_done(selection.report, options)
     return selection
+
+
+def _found(
+    stack: CacheStack,
+    problem: Problem,
+    inputs: Sequence[torch.Tensor],
+    key: str,
+    found: tuple[SelectionEntry, str] | None,
+    options: Options,
+) -> Selection | None:
+    """The selection of a cache entry, if it runs here; one from this process's own layers is
+    published to its ``torch.distributed`` job, whose answer wins (:func:`_job_answer`)."""
+    selection = _cached(problem, inputs, key, found, options)
+    if selection is None or found is None or found[1] == JOB_LAYER:
+        return selection
+    return _job_answer(
+        problem, inputs, key, selection, stack.publish(key, unstructure(found[0]), _parse_entry), options
+    )
+
+
+def _parse_entry(payload: Any) -> SelectionEntry:
+    return structure(payload, SelectionEntry)
+
+
+def _job_answer(
+    problem: Problem,
+    inputs: Sequence[torch.Tensor],
+    key: str,
+    selection: Selection,
+    theirs: tuple[SelectionEntry, str] | None,
+    options: Options,
+) -> Selection:
+    """The entry another rank of this ``torch.distributed`` job published first, where it chose
+    another kernel and that kernel runs here (``autotune_job_answer``): every rank runs the same;
+    else ``selection``."""
+    if theirs is None or theirs[0].chosen == selection.spec:
+        return selection
+    adopted = _cached(problem, inputs, key, theirs, options)
+    if adopted is None:
+        return selection
+    bump("autotune_job_answer")
+    return adopted
 
 
 def _cached(

@@ -2,8 +2,7 @@
 initialised default process group) publish their entries and take single-flight locks in the
 job's own TCP store, with no Redis or memcached configured. Entries are the same signed JSON as
 every layer holds; they live as long as the job's store. The first entry published for a key is
-the job's answer (``publish``): a rank that finds another entry in a layer of its own (a local
-folder filled before the job) takes the job's instead, so that every rank runs the same kernel.
+the job's answer (``publish``, compare-and-set from absent), asked before a rank's own layers.
 
 A lock is the value ``<token>|<expiry>`` (wall-clock seconds) under the key's lock name, set and
 replaced only by compare-and-set, so one rank holds it at a time; a rank that dies stops
@@ -66,6 +65,10 @@ class DistributedStoreLayer:
         """Store ``value`` unless the job holds an entry for ``key`` already; the job's entry either
         way (compare-and-set from absent: the first rank to publish fixes the job's answer)."""
         return bytes(self.store.compare_set(f"entry/{key}", "", value))
+
+    def replace(self, key: str, old: bytes, value: bytes) -> bytes:
+        """Store ``value`` where the job holds ``old`` for ``key``; the job's entry either way."""
+        return bytes(self.store.compare_set(f"entry/{key}", old, value))
 
     def acquire(self, key: str, ttl_s: float) -> str | None:
         name = f"lock/{key}"

@@ -13,7 +13,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from tunesmith.cache.dist_store import NAME as JOB_LAYER
 from tunesmith.cache.dist_store import DistributedStoreLayer
 from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, decode, encode
 from tunesmith.cache.filelocks import FileLocks
@@ -91,12 +90,17 @@ class CacheStack:
         locks = FileLocks(local.root)
         return locks if self.usable(locks, key) else None
 
+    def job_layer(self, key: str) -> DistributedStoreLayer | None:
+        """The store of this process's ``torch.distributed`` job among the layers, unless skipped."""
+        return next((x for x in self.layers if isinstance(x, DistributedStoreLayer) and self.usable(x, key)), None)
+
     def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False) -> tuple[T, str] | None:
         """The first valid entry for ``key`` and the name of its layer; bad entries are misses.
         ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry).
-        In a ``torch.distributed`` job, an entry found above the job's store is published there, and
-        the job's own entry, where it holds another, is taken instead (:meth:`_job_entry`)."""
-        for i, layer in enumerate(self.layers):
+        In a ``torch.distributed`` job the job's store is asked first: its entry is the job's answer
+        (an entry found elsewhere is the caller's to :meth:`publish` once it has run it)."""
+        job = self.job_layer(key)
+        for layer in [job, *(x for x in self.layers if x is not job)] if job else self.layers:
             if not self.usable(layer, key):
                 continue
             try:
@@ -113,33 +117,61 @@ class CacheStack:
                     bump(f"{self.kind}_{_scope(layer)}_miss")
                 continue
             bump(f"{self.kind}_{_scope(layer)}_hit")
-            theirs = self._job_entry(key, raw, self.layers[i + 1 :], parse)
-            if theirs is not None:  # the job's answer, which replaces this layer's entry too
-                self._put_into(self.layers[: i + 1], key, theirs[1])
-                return theirs[0], JOB_LAYER
-            self._put_into(self.layers[:i], key, raw)
+            above = self.layers[: self.layers.index(layer)]
+            self._put_into([x for x in above if x is not job], key, raw)
             return value, layer.name
         return None
 
     def put(self, key: str, payload: Any, parse: Callable[[Any], T] | None = None) -> tuple[T, str] | None:
         """Store ``payload`` (plain JSON data) in every layer, unless it is over the size bound
-        (no reader would take it). In a ``torch.distributed`` job whose store already holds another
-        entry for ``key`` (another rank published first), that entry is stored instead and returned
-        with its layer's name (when ``parse`` is given): the caller runs the job's answer."""
-        raw = encode(self.kind, key, payload, self.secret)
-        if len(raw) > MAX_ENTRY_BYTES:
-            bump("cache_entry_too_large")
-            warnings.warn(
-                f"not caching {self.kind} entry {key[:16]}...: {len(raw):,} bytes, over the limit of "
-                f"{MAX_ENTRY_BYTES:,}",
-                TunesmithWarning,
-                stacklevel=2,
-            )
+        (no reader would take it). With ``parse``, the job's store of a ``torch.distributed`` job
+        takes it only where it holds no entry yet (:meth:`publish`), and the entry it holds instead
+        is returned: the caller runs the job's answer where it runs here."""
+        raw = self._encode(key, payload)
+        if raw is None:
             return None
-        theirs = self._job_entry(key, raw, self.layers, parse)  # the job's store: published there
-        others = [x for x in self.layers if not isinstance(x, DistributedStoreLayer)]
-        self._put_into(others, key, raw if theirs is None else theirs[1])
-        return None if theirs is None else (theirs[0], JOB_LAYER)
+        job = self.job_layer(key) if parse is not None else None
+        self._put_into([x for x in self.layers if x is not job], key, raw)
+        return self._publish(job, key, raw, parse) if job is not None and parse is not None else None
+
+    def publish(self, key: str, payload: Any, parse: Callable[[Any], T]) -> tuple[T, str] | None:
+        """In a ``torch.distributed`` job: ``payload`` becomes the job's entry for ``key`` unless the
+        job's store holds a valid one already (the first rank to publish fixes the job's answer);
+        that one, parsed, with its layer's name, or None. An invalid one (another ``cache_secret``,
+        damaged) is replaced. Nothing outside a job."""
+        job = self.job_layer(key)
+        raw = self._encode(key, payload) if job is not None else None
+        return self._publish(job, key, raw, parse) if job is not None and raw is not None else None
+
+    def _publish(
+        self, job: DistributedStoreLayer, key: str, raw: bytes, parse: Callable[[Any], T]
+    ) -> tuple[T, str] | None:
+        try:
+            theirs = job.publish(key, raw)
+            if theirs != raw:
+                value = self._parse(job, key, theirs, parse, quiet=False)
+                if value is not None:
+                    return value, job.name
+                theirs = job.replace(key, theirs, raw)
+        except Exception as exc:  # noqa: BLE001 - a layer's failure must not lose the result
+            self.failed(job, key, "write", exc)
+            return None
+        if theirs == raw:
+            bump(f"{self.kind}_remote_put")
+        return None
+
+    def _encode(self, key: str, payload: Any) -> bytes | None:
+        """The entry's bytes, or None (with a warning) over the size bound."""
+        raw = encode(self.kind, key, payload, self.secret)
+        if len(raw) <= MAX_ENTRY_BYTES:
+            return raw
+        bump("cache_entry_too_large")
+        warnings.warn(
+            f"not caching {self.kind} entry {key[:16]}...: {len(raw):,} bytes, over the limit of {MAX_ENTRY_BYTES:,}",
+            TunesmithWarning,
+            stacklevel=3,
+        )
+        return None
 
     def _parse(self, layer: CacheLayer, key: str, raw: bytes, parse: Callable[[Any], T], quiet: bool) -> T | None:
         """``raw`` decoded and parsed; None, reported as invalid, where anything is wrong with it."""
@@ -148,32 +180,6 @@ class CacheStack:
         except Exception as exc:  # noqa: BLE001 - whatever is wrong in an entry, it is a miss
             self.invalid(layer, key, exc, quiet)
             return None
-
-    def _job_entry(
-        self, key: str, raw: bytes, layers: Sequence[CacheLayer], parse: Callable[[Any], T] | None
-    ) -> tuple[T, bytes] | None:
-        """Publish ``raw`` to the job's store among ``layers``, unless the job holds an entry for
-        ``key`` already; that entry, parsed and as bytes, where it differs from ``raw`` and is valid.
-        The first rank to publish fixes the job's answer, so that every rank runs the same kernel
-        whatever its own layers held (``{kind}_job_answer``)."""
-        job = next((x for x in layers if isinstance(x, DistributedStoreLayer) and self.usable(x, key)), None)
-        if job is None:
-            return None
-        try:
-            theirs = job.publish(key, raw)
-        except Exception as exc:  # noqa: BLE001 - a layer's failure must not lose the result
-            self.failed(job, key, "write", exc)
-            return None
-        if theirs == raw:
-            bump(f"{self.kind}_remote_put")
-            return None
-        if parse is None:
-            return None
-        value = self._parse(job, key, theirs, parse, quiet=False)
-        if value is None:
-            return None
-        bump(f"{self.kind}_job_answer")
-        return value, theirs
 
     def _put_into(self, layers: Sequence[CacheLayer], key: str, raw: bytes) -> None:
         for layer in layers:

@@ -23,6 +23,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from tunesmith import hooks
+from tunesmith.cache.dist_store import NAME as JOB_LAYER
 from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
@@ -83,13 +84,19 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
     if key:
         bump("compiled_graph_cache_hit" if found else "compiled_graph_cache_miss")
     plan = found[0] if found else None
+    if found and found[1] != JOB_LAYER:  # this process's own plan: its torch.distributed job's wins
+        theirs = stack.publish(key, plan_payload(found[0]), parse_plan)
+        if theirs is not None and theirs[0] != plan:
+            bump("compiled_graph_job_answer")
+            plan = theirs[0]
     lowered = lower(gm, [*hooks.lowerings(options), AtenLowering()], dispatch.options_id(options))
     with unset_fake_temporarily():  # tuning runs real kernels on real tensors; split with other processes
         prepared = select_each(lowered, lambda item: _prepare(item, plan, options), options.cache_lock_wait_s)
         if key and plan is None:
-            chosen = dict(found for found in prepared if found is not None)
+            chosen = dict(x for x in prepared if x is not None)
             theirs = stack.put(key, plan_payload(chosen), parse_plan)
-            if theirs is not None:  # another rank of this job published the graph's plan first: run it
+            if theirs is not None and theirs[0] != chosen:  # another rank of the job published first: run its plan
+                bump("compiled_graph_job_answer")
                 prepared = [_prepare(item, theirs[0], options) for item in lowered]
     own = [item.node for item, found in zip(lowered, prepared, strict=True) if found and found[1] == GRAPH_OWN]
     run_passes("post_grad_post", gm.graph, options)
