@@ -13,14 +13,17 @@
 # max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a max-autotune
 # process may take (600) and LAST_LIMIT that for LAST_MODELS (450), PROCESSES how many processes
 # time each of the variants the bars compare (3); WORK is where rows and logs go (/tmp/models),
-# KERNELS where each row's table of profiled kernels goes ($OUT/kernels). Rows already in WORK's
-# gpu<i>.json are kept (--resume): copy a stopped run's files there to finish it.
+# KERNELS where each row's table of profiled kernels and host profile goes, COLD where each
+# tunesmith row's cold first-step profile goes (WORK/kernels and WORK/cold, both packed into
+# $OUT/profiles.tar.gz at the end). Rows already in WORK's gpu<i>.json are kept (--resume): copy a
+# stopped run's files there to finish it.
 set -u
 source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
 export PYTHONUNBUFFERED=1
 WORK=${WORK:-/tmp/models}
-mkdir -p "$WORK"
+KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD:-$WORK/cold}
+mkdir -p "$WORK" "$KERNELS" "$COLD"
 N=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$N" -ge 4 ]; then DEFAULT="gpt2;mlp_decode,llama;bert;resnet50"
 elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama;bert,resnet50"
@@ -34,7 +37,7 @@ run() {  # GPU ARGS...
     local gpu=$1 pin=(); shift
     if [ "$PER" -ge 1 ]; then pin=(taskset -c "$((gpu * PER))-$(((gpu + 1) * PER - 1))"); fi
     CUDA_VISIBLE_DEVICES=$gpu "${pin[@]}" python3 benchmarks/models.py \
-        --warm tunesmith --resume --limit "${LIMIT:-600}" --kernels "${KERNELS:-$OUT/kernels}" \
+        --warm tunesmith --resume --limit "${LIMIT:-600}" --kernels "$KERNELS" --cold-profile "$COLD" \
         --processes "${PROCESSES:-3}" --json "$WORK/gpu$gpu.json" "$@"
 }
 group() {  # GPU MODELS: a model's rows, one model after another
@@ -53,4 +56,5 @@ for i in "${!GROUP[@]}"; do
 done
 wait
 python3 benchmarks/models.py --merge "$WORK"/gpu*.json --json "$OUT/models.json" --chart "$OUT/models.png"
+tar -czf "$OUT/profiles.tar.gz" -C "$WORK" "$(basename "$KERNELS")" "$(basename "$COLD")"  # one file travels back
 echo done > "$WORK/done"
