@@ -86,6 +86,8 @@ VARIANTS = (
 #: variants whose first step is also measured in a second process on warm caches
 WARM = ("tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
+#: what a resumed run must share with the rows it keeps
+RESUME_SAME = ("device", "torch", "triton", "small", "processes")
 #: variants timed in several processes with ``--processes N`` (those the bars compare)
 RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_aten_only")
 #: where measurement processes write their kernel tables (``--kernels``)
@@ -631,6 +633,12 @@ def order(row: dict[str, Any]) -> tuple[int, int]:
 def run(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict[str, Any]]:
     runner = Runner(args)
     runner.meta = meta
+    if runner.rows:  # resumed: the rows kept must compare with those to come
+        before = json.loads(Path(args.json).read_text())
+        differ = [k for k in RESUME_SAME if before.get(k) != meta.get(k)]
+        if differ:
+            were = ", ".join(f"{k} {before.get(k)!r} (now {meta.get(k)!r})" for k in differ)
+            raise SystemExit(f"{args.json} ran with {were}: its rows do not compare, use another file")
     models = [m for m in args.models.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
     gpus = args.gpus if args.device == "cuda" else [None]

@@ -30,3 +30,8 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     assert mine["step_ms"] == round(statistics.median(mine["step_ms_processes"]), 4)
     assert mine["out_rel_err"] < 2e-2 and mine["warm_first_step_s"] > 0  # bfloat16 against eager
     assert "step_ms_processes" not in rows["eager"]  # not in --retime: one process
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=run_env(), timeout=600)
+    assert resumed.returncode == 0 and json.loads(result.read_text())["rows"] == body["rows"]  # nothing left to run
+    other = [*command[:-2], "--processes", "2", "--json", str(result), "--resume"]
+    refused = subprocess.run(other, capture_output=True, text=True, env=run_env(), timeout=600)
+    assert refused.returncode != 0 and "processes 3 (now 2)" in refused.stderr
