@@ -279,3 +279,27 @@ def test_a_graph_that_may_hold_a_gemm_starts_the_worker_while_it_compiles_and_tu
     began = time.monotonic()
     compiled()
     assert time.monotonic() - began < 2 and not unused.alive and slot.worker is None
+
+
+def test_a_stop_while_a_worker_starts_kills_that_worker_too(monkeypatch):
+    """Ctrl-C while a tuning thread starts the worker: ``stop()`` waits until the new worker has
+    its slot, and kills it with the rest; none outlives the command (which exits at once after)."""
+    monkeypatch.setattr(pool, "_stopped", threading.Event())  # this test's stop() stays its own
+    real, spawned = pool.subprocess.Popen, []
+
+    def slow_to_register(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        spawned.append(proc)
+        time.sleep(0.5)  # the signal comes between the process's start and its slot
+        return proc
+
+    monkeypatch.setattr(pool.subprocess, "Popen", slow_to_register)
+    starter = threading.Thread(target=pool.slot(torch.device("cpu")).worker_process, args=(pool.isolatable_plugins(),))
+    starter.start()
+    deadline = time.monotonic() + 30
+    while not spawned and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert spawned, "no worker was started"
+    pool.stop()
+    assert spawned[0].poll() is not None, "a worker started as the workers were stopped is still running"
+    starter.join()

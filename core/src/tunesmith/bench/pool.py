@@ -188,11 +188,9 @@ class Slot:
         if current is not None and current.alive and current.signature == signature(_env(self.device), plugins):
             return current
         self.discard()
-        _refuse_if_stopped()
-        self.worker = WorkerProcess(self.device, plugins)
-        if _stopped.is_set():  # stop() ran while it started, and may not have seen it
-            self.discard()
+        with _spawning:  # stop() waits for a worker being started, and so sees it
             _refuse_if_stopped()
+            self.worker = WorkerProcess(self.device, plugins)
         return self.worker
 
     def discard(self) -> None:
@@ -204,6 +202,8 @@ class Slot:
 _slots: dict[str, Slot] = {}
 _slots_lock = threading.Lock()
 _stopped = threading.Event()
+#: held while a worker process is started and given its slot
+_spawning = threading.Lock()
 
 
 def _refuse_if_stopped() -> None:
@@ -233,7 +233,8 @@ def shutdown() -> None:
 def stop() -> None:
     """Kill every worker now and start none again in this process (Ctrl-C, SIGTERM): unlike
     :func:`shutdown`, it waits for no job; a benchmark in flight ends with WorkersStopped."""
-    _stopped.set()
+    with _spawning:  # a worker being started has its slot before the slots are read
+        _stopped.set()
     with _slots_lock:
         workers = [s.worker for s in _slots.values() if s.worker is not None]
     for worker in workers:
