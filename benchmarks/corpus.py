@@ -538,10 +538,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     if args.resume and Path(args.json).is_file():
         before = json.loads(Path(args.json).read_text())
-        differ = [k for k in RESUME_SAME if before.get(k) != info.get(k)]
-        if differ:
-            were = ", ".join(f"{k} {before.get(k)!r} (now {info.get(k)!r})" for k in differ)
-            raise SystemExit(f"{args.json} ran with {were}: its rows do not compare, use another file")
+        gemm.refuse_unlike(args.json, before, info, RESUME_SAME)
         rows = [r for r in before["cases"] if "error" not in r]  # a case that failed is tried again
         done = {r["name"] for r in rows}
         print(f"resuming: {len(done)} cases done", file=sys.stderr)

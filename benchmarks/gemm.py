@@ -343,6 +343,15 @@ def run_info(prune: int | None) -> dict[str, Any]:
     }
 
 
+def refuse_unlike(path: str, before: dict[str, Any], now: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Stop a run resuming ``path`` (``before``) where any of ``keys`` (device, versions, settings)
+    differs from this run's (``now``): the rows kept would not compare with those to come."""
+    differ = [k for k in keys if before.get(k) != now.get(k)]
+    if differ:
+        were = ", ".join(f"{k} {before.get(k)!r} (now {now.get(k)!r})" for k in differ)
+        raise SystemExit(f"{path} ran with {were}: its rows do not compare, use another file")
+
+
 def merged(paths: list[str], summarize: Any) -> dict[str, Any]:
     """The parts of a run split with ``--only`` (a device call has a time limit) as one result."""
     parts = [json.loads(Path(p).read_text()) for p in paths]

@@ -72,6 +72,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gemm
+
 WARMUP, ROUNDS, STEPS, PROFILED = 5, 5, 20, 10
 VARIANTS = (
     "eager",
@@ -634,11 +636,7 @@ def run(args: argparse.Namespace, meta: dict[str, Any]) -> list[dict[str, Any]]:
     runner = Runner(args)
     runner.meta = meta
     if runner.rows:  # resumed: the rows kept must compare with those to come
-        before = json.loads(Path(args.json).read_text())
-        differ = [k for k in RESUME_SAME if before.get(k) != meta.get(k)]
-        if differ:
-            were = ", ".join(f"{k} {before.get(k)!r} (now {meta.get(k)!r})" for k in differ)
-            raise SystemExit(f"{args.json} ran with {were}: its rows do not compare, use another file")
+        gemm.refuse_unlike(args.json, json.loads(Path(args.json).read_text()), meta, RESUME_SAME)
     models = [m for m in args.models.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
     gpus = args.gpus if args.device == "cuda" else [None]

@@ -98,7 +98,7 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
             if theirs is not None and theirs[0] != chosen:  # another rank of the job published first: run its plan
                 bump("compiled_graph_job_answer")
                 prepared = [_prepare(item, theirs[0], options) for item in lowered]
-    own = [item.node for item, found in zip(lowered, prepared, strict=True) if found and found[1] == GRAPH_OWN]
+    own = [item.node for item, x in zip(lowered, prepared, strict=True) if x and x[1] == GRAPH_OWN]
     run_passes("post_grad_post", gm.graph, options)
     alive = set(gm.graph.nodes)  # a "post" pass may have removed a call
     for node in own:
