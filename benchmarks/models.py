@@ -9,8 +9,11 @@ run on one machine.
 Models (``MODELS``): ``gpt2`` (GPT-2 small, 2 blocks with SDPA, 8x1024 tokens, forward and
 backward), ``llama`` (2 Llama-style layers: d 2048, GQA 16/4 heads, SwiGLU 5632, RMSNorm, RoPE,
 SDPA; 4x1024 tokens, inference), ``mlp_decode`` (two Llama-7B MLPs on 16 tokens, inference),
-``resnet50`` (torchvision, channels-last, batch 32, inference) and ``bert`` (Hugging Face
-``BertModel`` base built from its config, 16x128 tokens, inference); all bfloat16, random weights.
+``resnet50`` (torchvision, channels-last, batch 32, inference), ``bert`` (Hugging Face
+``BertModel`` base built from its config, 16x128 tokens, inference), ``bert_train`` (the same
+encoder at 16x512 tokens, forward and backward, without dropout so that it compares with eager)
+and ``t5`` (a T5-base encoder, whose attention adds a relative position bias to the scores,
+8x512 tokens, inference); all bfloat16, random weights.
 
 Variants (``VARIANTS``): ``eager``; ``inductor`` (Inductor default); ``reduce_overhead``
 (default with CUDA graphs); ``max_autotune`` (with CUDA graphs: the anchor); ``max_autotune_nocg``;
@@ -24,8 +27,8 @@ times the first step (``first_step_s``: compile, tuning and one run, to the GPU'
 then the relative error by norm of the outputs (and, training, of the input's and every weight's
 gradient: the largest) against eager; then ``step_ms``: after warm-up, the median of 5 rounds of
 20 steps enqueued back to back, timed with CUDA events; and ``gpu_ms``: the profiler's device time
-over 10 steps, per step. tunesmith rows run a second process on the warm caches
-(``warm_first_step_s``).
+over 10 steps, per step. tunesmith and reduce-overhead rows run a second process on the warm
+caches (``warm_first_step_s``).
 
 How a run is split (max-autotune's compiles take minutes each, a device call at most ten, and a
 session's device time thirty): ``benchmarks/models_gpu.sh`` runs this script once per GPU of a
@@ -86,7 +89,7 @@ VARIANTS = (
     "tunesmith_aten_only",
 )
 #: variants whose first step is also measured in a second process on warm caches
-WARM = ("tunesmith_default", "tunesmith", "tunesmith_aten_only")
+WARM = ("reduce_overhead", "tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
 #: what a resumed run must share with the rows it keeps
 RESUME_SAME = ("device", "torch", "triton", "small", "processes")
@@ -240,12 +243,60 @@ def _bert(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
     return Encoder(), (torch.randint(0, config.vocab_size, (batch, tokens)),), False
 
 
+def _bert_train(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    from torch import nn
+    from transformers import BertConfig, BertModel
+
+    # no dropout, so that the compiled model's outputs and gradients compare with eager's
+    quiet = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    if small:
+        config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, **quiet)
+    else:
+        config = BertConfig(**quiet)
+    batch, tokens = (2, 16) if small else (16, 512)
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = BertModel(config, add_pooling_layer=False)
+
+        def forward(self, embeds: torch.Tensor) -> torch.Tensor:
+            return self.bert(inputs_embeds=embeds).last_hidden_state
+
+    return Encoder(), (torch.randn(batch, tokens, config.hidden_size),), True
+
+
+def _t5(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+    from torch import nn
+    from transformers import T5Config, T5EncoderModel
+
+    if small:
+        config = T5Config(d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2, dropout_rate=0.0)
+    else:
+        config = T5Config(d_model=768, d_kv=64, num_heads=12, d_ff=3072, num_layers=12, dropout_rate=0.0)
+    batch, tokens = (2, 16) if small else (8, 512)
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t5 = T5EncoderModel(config)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.t5(input_ids=ids).last_hidden_state
+
+    return Encoder(), (torch.randint(0, config.vocab_size, (batch, tokens)),), False
+
+
 MODELS: dict[str, Callable[[str, bool], tuple[Any, tuple[Any, ...], bool]]] = {
     "gpt2": _gpt2,
     "llama": _llama,
     "mlp_decode": _mlp_decode,
     "resnet50": _resnet50,
     "bert": _bert,
+    "bert_train": _bert_train,
+    "t5": _t5,
 }
 
 

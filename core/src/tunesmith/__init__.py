@@ -88,6 +88,9 @@ def reset() -> None:
     dispatch = sys.modules.get("tunesmith.compile.dispatch")  # imported only once something compiles
     if dispatch is not None:
         dispatch.clear()
+    attention = sys.modules.get("tunesmith.compile.attention")
+    if attention is not None:
+        attention.clear()
     clear_memory()
     counters.clear()
     reset_backoff()

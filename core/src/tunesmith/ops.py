@@ -8,12 +8,13 @@ compare any kernel's output with :func:`reference` through :func:`relative_error
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from tunesmith import attention
 from tunesmith.problem import same_layout
 from tunesmith_hookspecs import EpilogueOp, Problem
 
@@ -35,6 +36,8 @@ def run_op(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def compute(op: str, scalars: Mapping[str, Any], tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """:func:`run_op` from the op's name and scalars (fake tensors work too)."""
+    if op == attention.OP:
+        return attention.compute(scalars, tensors)
     t = tensors
     alpha, beta = scalars.get("alpha", 1.0), scalars.get("beta", 1.0)
     if op == "mm":
@@ -100,16 +103,30 @@ def run(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def reference(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The float64 result on the CPU: what every kernel is checked against."""
+    """The float64 result on the CPU: what every kernel is checked against (for a training
+    attention problem, the output and its inputs' gradients: :func:`measured`)."""
+    if problem.op == attention.OP:
+        return attention.reference(problem, tensors)
     wide = [t.detach().to("cpu", torch.float64) for t in tensors]
     with torch.no_grad():
         return apply_epilogue(problem, run_op(problem, wide), wide, exact=True)
 
 
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+def measured(problem: Problem, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """What timing and checks run of a kernel: the kernel itself, or for a training attention
+    problem its forward and backward (:func:`tunesmith.attention.step`)."""
+    return attention.step(problem, kernel) if problem.op == attention.OP else kernel
+
+
+def relative_error(out: Any, ref: Any) -> float:
     """‖out − ref‖ / ‖ref‖ in float64 over the reference's finite values; infinite when ``out`` is
     not a tensor of the reference's shape, or where its NaN and infinities are not the reference's
-    (inputs holding them give some: those must match)."""
+    (inputs holding them give some: those must match). Of a tuple of results (a training
+    problem's output and gradients), the largest."""
+    if isinstance(ref, tuple):
+        if not isinstance(out, tuple) or len(out) != len(ref):
+            return math.inf
+        return max(relative_error(o, r) for o, r in zip(out, ref, strict=True))
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
         return math.inf
     out = out.detach().to("cpu", torch.float64)
@@ -137,6 +154,8 @@ def tf32_allowed(problem: Problem) -> bool:
 
 def tolerance(problem: Problem) -> float:
     """The relative-norm tolerance for the lowest precision the Problem passes through."""
+    if problem.op == attention.OP:
+        return attention.tolerance(problem)
     dtypes = {meta.dtype for meta in problem.inputs[: problem.num_op_inputs]}
     dtypes |= {step.dtype for step in problem.epilogue if step.dtype}
     if "bfloat16" in dtypes:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from tunesmith import attention
 from tunesmith.errors import ProblemError
 from tunesmith_hookspecs import EpilogueOp, Problem, TensorMeta
 
@@ -75,7 +76,9 @@ def tensor_like(meta: TensorMeta, device: torch.device) -> torch.Tensor:
     """A tensor of ``meta``'s layout on ``device`` holding random values (never zeros)."""
     dtype = torch_dtype(meta.dtype)
     size = _storage_size(meta)
-    if dtype.is_floating_point or dtype.is_complex:
+    if dtype == torch.bool:  # a mask: mostly attending, some keys masked out
+        storage = torch.rand(size, device=device) < 0.75
+    elif dtype.is_floating_point or dtype.is_complex:
         storage = torch.randn(size, device=device).to(dtype)
     else:
         storage = torch.randint(1, 8, (size,), device=device).to(dtype)
@@ -257,8 +260,12 @@ def build_problem(
     op: str, tensors: Sequence[torch.Tensor], scalars: dict[str, Any], epilogue: Sequence[Any] | None = None
 ) -> tuple[Problem, list[torch.Tensor]]:
     """Validate the arguments of ``tune`` and return the Problem and its input tensors in order."""
+    if op == attention.OP:
+        if epilogue:
+            raise ProblemError("attention takes no epilogue")
+        return attention.build(tensors, scalars)
     if op not in _ARITY:
-        raise ProblemError(f"unknown op {op!r}: use one of {', '.join(_ARITY)}")
+        raise ProblemError(f"unknown op {op!r}: use one of {', '.join([*_ARITY, attention.OP])}")
     lo, hi = _ARITY[op][0]
     if not lo <= len(tensors) <= hi or not all(isinstance(t, torch.Tensor) for t in tensors):
         names = ", ".join(_TENSOR_NAMES[op][:hi])
@@ -338,6 +345,8 @@ def same_layout(tensor: torch.Tensor, meta: TensorMeta) -> bool:
 
 def is_empty(problem: Problem) -> bool:
     """True when the output or the reduction is empty: the answer needs no kernel tuning."""
+    if problem.op == attention.OP:
+        return attention.is_empty(problem)
     if problem.output.numel == 0:
         return True
     if problem.op == "conv":
@@ -347,6 +356,8 @@ def is_empty(problem: Problem) -> bool:
 
 def flops(problem: Problem) -> int:
     """Multiply-add FLOPs of the op (2 per MAC), for TFLOP/s columns."""
+    if problem.op == attention.OP:
+        return attention.flops(problem)
     ins = problem.inputs
     if problem.op in ("mm", "addmm"):
         mat1 = ins[0] if problem.op == "mm" else ins[1]

@@ -30,7 +30,7 @@ from tunesmith.cost.prune import prune
 from tunesmith.counting import bump
 from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
 from tunesmith.fleet import deferring, defers, patience
-from tunesmith.ops import reference, relative_error, tolerance
+from tunesmith.ops import measured, reference, relative_error, tolerance
 from tunesmith.plugins import get_system
 from tunesmith.problem import check_fits
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SelectionReport, Timing, structure, unstructure
@@ -297,13 +297,13 @@ def _verify(
     spec: ChoiceSpec,
     kernel: Callable[..., Any],
     inputs: Sequence[torch.Tensor],
-    ref: torch.Tensor | None = None,
+    ref: Any = None,
 ) -> str | None:
     """None when ``kernel`` matches the float64 reference (``ref``, computed when not given), else
     why not (counted and warned about)."""
     try:
         with torch.no_grad():
-            err = relative_error(kernel(*inputs), reference(problem, inputs) if ref is None else ref)
+            err = relative_error(measured(problem, kernel)(*inputs), reference(problem, inputs) if ref is None else ref)
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is as wrong as one that miscomputes
         bump("verify_rejected")
         why = f"verify: the kernel raised {type(exc).__name__}: {exc}"

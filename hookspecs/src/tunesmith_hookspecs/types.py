@@ -17,8 +17,11 @@ import attrs
 #: dtypes a Problem may name (as ``str(torch.dtype)`` without the ``torch.`` prefix).
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
+#: dtypes a tensor of a Problem may have: :data:`DTYPES`, and bool for attention's masks.
+TENSOR_DTYPES = (*DTYPES, "bool")
+
 #: The operations a Problem may describe, with the torch op each mirrors.
-OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv")
+OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm", "conv", "attention")
 
 #: Pointwise epilogue operations, applied in order to the op's result.
 EPILOGUE_OPS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "add", "mul", "cast")
@@ -63,8 +66,8 @@ def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
 
 
 def _is_dtype(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value not in DTYPES:
-        raise ValueError(f"{attribute.name}={value!r} is not one of {', '.join(DTYPES)}")
+    if value not in TENSOR_DTYPES:
+        raise ValueError(f"{attribute.name}={value!r} is not one of {', '.join(TENSOR_DTYPES)}")
 
 
 @attrs.frozen
@@ -130,9 +133,10 @@ class Problem:
     """One GEMM-shaped operation with its epilogue chain: what is tuned, and what keys caches.
 
     ``inputs`` lists the op's tensors in the torch op's order (addmm: bias, mat1, mat2;
-    mm_plus_mm: a, b, c, d; conv: input, weight and optionally bias), followed by the tensors
-    that epilogue steps refer to by index. ``scalars`` holds alpha/beta and the convolution's
-    stride, padding, dilation and groups.
+    mm_plus_mm: a, b, c, d; conv: input, weight and optionally bias; attention: query, key, value
+    and optionally the mask), followed by the tensors that epilogue steps refer to by index.
+    ``scalars`` holds alpha/beta, the convolution's stride, padding, dilation and groups, or
+    attention's ``is_causal``, ``scale`` and ``grad`` (a training problem: forward and backward).
     """
 
     op: str = attrs.field(validator=attrs.validators.in_(OPS))

@@ -30,6 +30,7 @@ from tunesmith.bench.timing import (
 )
 from tunesmith.config import Options
 from tunesmith.counting import bump
+from tunesmith.ops import measured
 from tunesmith.plugins import describe_error
 from tunesmith_hookspecs import Choice, Problem, Timing
 
@@ -92,7 +93,7 @@ def measure(
 ) -> Measurement:
     """Check one (precompiled) choice's output layout, then time it over the input ``sets``
     (:func:`input_sets`; the first is the Problem's own inputs)."""
-    kernel = choice.kernel()
+    kernel = measured(problem, choice.kernel())
     inputs = sets[0]
     warmup, repeat = options.bench_warmup, options.bench_repeat
     with torch.no_grad():

@@ -1,11 +1,13 @@
 """``torch.compile(model, backend="tunesmith", mode=..., options={...})``: the pipeline of DESIGN.md.
 
-Pre-grad passes on the Dynamo graph, then AOTAutograd (forward and backward, so training GEMMs
-are tuned too) with the joint-graph passes on the joint graph (or the inference graph), then the
-post-grad stage on each graph (passes, compiled-graph cache, lowering, tuning), then the graph
-compiler for the rest: ``inductor`` (the default) hands the whole pipeline to Inductor with
-tunesmith's stages as its custom passes, so that Inductor compiles everything but tunesmith's
-GEMMs, which it calls as extern kernels; ``eager`` runs the lowered FX graph as is; a plugin's
+Pre-grad passes on the Dynamo graph, then its attention tuned and called (``attention.py``: before
+AOTAutograd, which traces each attention kernel's forward and backward), then AOTAutograd
+(forward and backward, so training GEMMs are tuned too) with the joint-graph passes on the
+joint graph (or the inference graph), then the post-grad stage on each graph (passes,
+compiled-graph cache, lowering, tuning), then the graph compiler for the rest: ``inductor`` (the
+default) hands the whole pipeline to Inductor with tunesmith's stages as its custom passes, so
+that Inductor compiles everything but tunesmith's GEMMs, which it calls as extern kernels;
+``eager`` runs the lowered FX graph as is; a plugin's
 ``tunesmith_graph_compiler`` gets it to compile. torch's ``mode`` sets ``cudagraphs``: the
 modes ``reduce-overhead`` and ``max-autotune`` run the compiled graphs under CUDA graphs.
 """
@@ -20,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from tunesmith import hooks
-from tunesmith.compile import dispatch
+from tunesmith.compile import attention, dispatch
 from tunesmith.compile.cudagraphs import Captured
 from tunesmith.compile.stages import post_grad, run_passes
 from tunesmith.config import Options
@@ -47,6 +49,7 @@ def backend(
     try:
         run_passes("pre_grad", gm.graph, settings)
         gm.recompile()
+        attention.rewrite(gm, settings)
         if settings.graph_compiler == "inductor":
             from tunesmith.compile.inductor import compile_with_inductor
 
@@ -60,7 +63,7 @@ def backend(
 #: what a Dynamo graph calls where it may hold a GEMM-family op (by the callee's name)
 GEMM_CALLS = frozenset(
     {"linear", "matmul", "__matmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d"}
-    | {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution"}
+    | {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution", "scaled_dot_product_attention"}
 )
 
 

@@ -20,7 +20,7 @@ from tunesmith import hooks
 from tunesmith.bench import InprocessBenchmarker, check_output
 from tunesmith.config import Options
 from tunesmith.conformance.cases import Case, make
-from tunesmith.ops import reference, relative_error, tolerance
+from tunesmith.ops import measured, reference, relative_error, tolerance
 from tunesmith.plugins import call_impl, describe_error, get_system
 from tunesmith.problem import build_problem
 from tunesmith.selection import describe
@@ -37,15 +37,15 @@ def poison_uninitialized_memory() -> None:
     torch.utils.deterministic.fill_uninitialized_memory = True
 
 
-def _run(choice: Choice, problem: Problem, inputs: list[torch.Tensor], ref: torch.Tensor) -> dict[str, Any]:
+def _run(choice: Choice, problem: Problem, inputs: list[torch.Tensor], ref: Any) -> dict[str, Any]:
     """Precompile and run one choice: its relative error, or what went wrong."""
     try:
         choice.precompile()
-        kernel = choice.kernel()
+        kernel = measured(problem, choice.kernel())
         with torch.no_grad():
             out = kernel(*inputs)
-        if out is not None and isinstance(out, torch.Tensor) and out.device.type == "cuda":
-            torch.cuda.synchronize(out.device)
+        if inputs and inputs[0].device.type == "cuda":
+            torch.cuda.synchronize(inputs[0].device)
     except Exception as exc:  # noqa: BLE001 - reported as this choice's failure
         return {"error": describe_error(exc), "raised": True}
     try:

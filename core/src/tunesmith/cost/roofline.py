@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from tunesmith import attention
 from tunesmith.ops import tf32_allowed
 from tunesmith.problem import flops, torch_dtype
 from tunesmith_hookspecs import DeviceInfo, Problem, TensorMeta
@@ -51,7 +52,9 @@ def meta_bytes(meta: TensorMeta) -> int:
 
 def problem_bytes(problem: Problem) -> int:
     """Bytes a fused kernel must move at least: every input (epilogue tensors included) once,
-    and the output once."""
+    and the output once (attention: :func:`tunesmith.attention.min_bytes`)."""
+    if problem.op == attention.OP:
+        return attention.min_bytes(problem)
     return sum(meta_bytes(m) for m in problem.inputs) + meta_bytes(problem.output)
 
 

@@ -3,7 +3,8 @@
 The always-correct baseline: every op on every device torch supports. More choices where torch
 offers more ways: mm_plus_mm as two mm and an add, or an mm fed into addmm; on a GPU, addmm
 followed by relu or tanh-GELU as one ``torch._addmm_activation`` call, which cuBLASLt can finish
-in its epilogue.
+in its epilogue. Attention: each of torch's scaled dot-product attention backends
+(:mod:`tunesmith_aten.attention`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import attrs
 import torch
 
 from tunesmith.plugin import finish, run, scratch_like
-from tunesmith_aten import cost
+from tunesmith_aten import attention, cost
+from tunesmith_aten.attention import AttentionChoice
 from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, Problem, hookimpl
 
 NAME = "aten"
@@ -116,12 +118,16 @@ def _direct(problem: Problem) -> Callable[..., torch.Tensor] | None:
 
 @hookimpl
 def tunesmith_choices(problem: Problem, options: object) -> list[Choice]:
+    if problem.op == attention.OP:
+        return list(attention.choices(NAME, problem))
     return [AtenChoice(ChoiceSpec(NAME, t), problem) for t, (serves, _) in TEMPLATES.items() if serves(problem)]
 
 
 @hookimpl
 def tunesmith_estimate_runtime(node: object, device: DeviceInfo) -> float | None:
     """ATen's choices by :mod:`tunesmith_aten.cost` (the kernels torch runs, at the roofline)."""
+    if isinstance(node, attention.AttentionChoice):
+        return cost.attention_ms(node.problem, node.spec.param("backend"), device)
     if not isinstance(node, AtenChoice):
         return None
     return cost.estimate_ms(node.problem, node.spec.template, device)
@@ -129,9 +135,17 @@ def tunesmith_estimate_runtime(node: object, device: DeviceInfo) -> float | None
 
 @hookimpl
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
+    if spec.backend == NAME and problem.op == attention.OP:
+        return attention.rebuild(spec, problem)
     if spec.backend != NAME or spec.template not in TEMPLATES or not TEMPLATES[spec.template][0](problem):
         return None
     return AtenChoice(spec, problem)
 
 
-__all__ = ["AtenChoice", "tunesmith_choices", "tunesmith_estimate_runtime", "tunesmith_rebuild_choice"]
+__all__ = [
+    "AtenChoice",
+    "AttentionChoice",
+    "tunesmith_choices",
+    "tunesmith_estimate_runtime",
+    "tunesmith_rebuild_choice",
+]

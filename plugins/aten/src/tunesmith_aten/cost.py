@@ -7,7 +7,7 @@ a reference: a choice estimated far above it is not worth benchmarking beside AT
 
 from __future__ import annotations
 
-from tunesmith.plugin import flops, math_dtype, meta_bytes, roofline
+from tunesmith.plugin import flops, math_dtype, meta_bytes, problem_bytes, roofline
 from tunesmith_hookspecs import DeviceInfo, Problem
 
 #: seconds each kernel's launch adds
@@ -51,3 +51,23 @@ def estimate_ms(problem: Problem, template: str, device: DeviceInfo) -> float:
     dtype = math_dtype(problem)
     steps = kernels(problem, template)
     return sum(roofline(f, b, device, dtype).ms for f, b in steps) + len(steps) * LAUNCH_S * 1e3
+
+
+#: attention's fused backends against the roofline: they reach about half of it on a Hopper
+#: (the softmax between the products keeps the tensor cores waiting)
+FUSED_ATTENTION_EFFICIENCY = 0.5
+
+
+def attention_ms(problem: Problem, backend: str, device: DeviceInfo) -> float:
+    """Milliseconds for one of torch's attention backends: a fused one at a share of the roofline;
+    the math path's score matrix written and read by each of its passes (scores, scale and mask,
+    softmax, its cast; twice that for training) at the memory floor, plus a launch per pass."""
+    dtype = math_dtype(problem)
+    fused = roofline(flops(problem), problem_bytes(problem), device, dtype).ms / FUSED_ATTENTION_EFFICIENCY
+    if backend != "math":
+        return fused + LAUNCH_S * 1e3
+    b, hq, length, _ = problem.inputs[0].shape
+    s = problem.inputs[1].shape[2]
+    passes = 8 if problem.scalar("grad") else 4
+    scores = 2 * passes * b * hq * length * s * 4  # each pass reads and writes float32 scores
+    return roofline(flops(problem), problem_bytes(problem) + scores, device, dtype).ms + passes * LAUNCH_S * 1e3

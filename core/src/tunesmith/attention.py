@@ -1,0 +1,234 @@
+"""The attention op family: scaled dot-product attention as a Problem.
+
+Its tensors are q (B, Hq, L, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev), with Hq a multiple of Hkv
+(grouped-query heads), and an optional mask that broadcasts to (B, Hq, L, S): boolean (True
+attends) or additive, in q's dtype. Its scalars are ``is_causal`` (torch's top-left lower
+triangle), ``scale`` (1/sqrt(E) where none is given) and ``grad``: a training problem, whose
+kernel runs forward and backward. An attention kernel is a differentiable callable on
+(q, k, v[, mask]) returning the output, as ``F.scaled_dot_product_attention`` is; for a training
+problem what is timed and checked is :func:`step`: the output and the gradients of q, k and v for
+one fixed random gradient of the output. Dropout is torch's own and never a Problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tunesmith.errors import ProblemError
+from tunesmith_hookspecs import Problem, TensorMeta
+
+OP = "attention"
+TENSOR_NAMES = ("query", "key", "value", "attn_mask")
+SCALARS = ("attn_mask", "is_causal", "scale", "grad")
+DTYPES = ("float32", "float16", "bfloat16")
+#: backward's matrix products (recompute the scores, dV, dP, dQ, dK) over forward's two
+BACKWARD_WORK = 2.5
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def build(tensors: Sequence[torch.Tensor], scalars: Mapping[str, Any]) -> tuple[Problem, list[torch.Tensor]]:
+    """The Problem of ``F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale)``;
+    the mask may come as a fourth tensor or as ``attn_mask``."""
+    from tunesmith.problem import broadcasts_to, tensor_meta
+
+    unknown = sorted(set(scalars) - set(SCALARS))
+    if unknown:
+        extra = " (dropout stays torch's: tunesmith tunes attention without it)" if "dropout_p" in unknown else ""
+        raise ProblemError(f"attention takes no argument {', '.join(unknown)}{extra} (accepted: {', '.join(SCALARS)})")
+    mask = scalars.get("attn_mask")
+    tensors = list(tensors)
+    if mask is not None:
+        if len(tensors) != 3:
+            raise ProblemError("attention: give the mask once, as the fourth tensor or as attn_mask")
+        tensors.append(mask)
+    if not 3 <= len(tensors) <= 4 or not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise ProblemError(
+            f"attention takes 3 or 4 tensors (query, key, value, attn_mask), got {[type(t).__name__ for t in tensors]}"
+        )
+    q, k, v = tensors[:3]
+    for name, t in zip(TENSOR_NAMES, tensors, strict=False):
+        if t.layout != torch.strided or t.is_nested:
+            raise ProblemError(f"attention: {name} is not a dense tensor (use .to_dense())")
+    for name, t in zip(TENSOR_NAMES, (q, k, v), strict=False):
+        if t.dim() != 4:
+            raise ProblemError(f"attention: {name} must be 4-D (batch, heads, length, head dim), got {tuple(t.shape)}")
+    if len({t.device for t in tensors}) > 1:
+        raise ProblemError(
+            f"attention: tensors are on different devices ({', '.join(sorted({str(t.device) for t in tensors}))})"
+        )
+    dtypes = {_dtype_name(t.dtype) for t in (q, k, v)}
+    if len(dtypes) > 1 or not dtypes <= set(DTYPES):
+        raise ProblemError(
+            f"attention: query, key and value must share one dtype of {', '.join(DTYPES)}, got {sorted(dtypes)}"
+        )
+    (b, hq, length, e), (bk, hkv, s, ek), (bv, hv, sv, ev) = q.shape, k.shape, v.shape
+    if not b == bk == bv:
+        raise ProblemError(f"attention: batch sizes {b}, {bk} and {bv} differ")
+    if hkv != hv or s != sv:
+        raise ProblemError(f"attention: key {tuple(k.shape)} and value {tuple(v.shape)} differ in heads or length")
+    if e != ek:
+        raise ProblemError(f"attention: query head dim {e} and key head dim {ek} differ")
+    if hkv == 0 or hq % hkv:
+        raise ProblemError(f"attention: {hq} query heads are not a multiple of {hkv} key/value heads")
+    causal = scalars.get("is_causal", False)
+    if not isinstance(causal, bool):
+        raise ProblemError(f"attention is_causal={causal!r}: expected True or False")
+    scores = (b, hq, length, s)
+    if len(tensors) == 4:
+        mask = tensors[3]
+        if causal:
+            raise ProblemError("attention: give either attn_mask or is_causal=True, not both (as torch)")
+        if mask.dtype != torch.bool and mask.dtype != q.dtype:
+            raise ProblemError(f"attention: attn_mask must be bool or {q.dtype} (the query's dtype), got {mask.dtype}")
+        if not broadcasts_to(tuple(mask.shape), scores):
+            raise ProblemError(f"attention: attn_mask of shape {tuple(mask.shape)} does not broadcast to {scores}")
+        if mask.requires_grad and torch.is_grad_enabled() and scalars.get("grad") is not False:
+            raise ProblemError("attention: a mask that needs its own gradient is not tuned (torch computes it)")
+        if mask.dim() < 4:  # kernels read four strides: the leading dimensions it broadcasts over come as size 1
+            tensors[3] = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    scale = scalars.get("scale")
+    if scale is None:
+        scale = 1.0 / math.sqrt(e) if e else 1.0
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ProblemError(f"attention scale={scale!r}: expected a finite number")
+    grad = scalars.get("grad")
+    grad = any(t.requires_grad for t in (q, k, v)) if grad is None else grad
+    if not isinstance(grad, bool):
+        raise ProblemError(f"attention grad={grad!r}: expected True or False")
+    output = TensorMeta.contiguous((b, hq, length, ev), _dtype_name(q.dtype), q.device.type)
+    values = {"is_causal": causal, "scale": float(scale), "grad": grad}
+    return Problem(OP, tuple(tensor_meta(t) for t in tensors), output, (), values), tensors
+
+
+# --- semantics ---
+
+
+def compute(scalars: Mapping[str, Any], tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The forward, with torch's own kernels (fake tensors work too)."""
+    q, k, v = tensors[:3]
+    mask = tensors[3] if len(tensors) > 3 else None
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=bool(scalars.get("is_causal", False)),
+        scale=scalars.get("scale"),
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _output_grad_cpu(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(0x5D9A), dtype=torch.float64)
+
+
+_grads_on_device: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def output_grad(out: torch.Tensor) -> torch.Tensor:
+    """The gradient of the output that every training check uses: random (never zeros), the same
+    values on every device and in every process, made once per shape, dtype and device."""
+    key = (tuple(out.shape), out.dtype, out.device)
+    grad = _grads_on_device.get(key)
+    if grad is None:
+        if len(_grads_on_device) >= 8:
+            _grads_on_device.clear()
+        grad = _grads_on_device[key] = _output_grad_cpu(tuple(out.shape)).to(out.device, out.dtype)
+    return grad
+
+
+def step(problem: Problem, kernel: Callable[..., torch.Tensor]) -> Callable[..., Any]:
+    """What is timed and checked of ``kernel``: itself, or for a training problem its forward and
+    backward, returning (out, dq, dk, dv)."""
+    if not problem.scalar("grad", False):
+        return kernel
+
+    def forward_backward(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = [t.detach().requires_grad_() for t in tensors[:3]]
+        with torch.enable_grad():
+            out = kernel(*leaves, *tensors[3:])
+            grads = torch.autograd.grad(out, leaves, output_grad(out))
+        return (out.detach(), *grads)
+
+    return forward_backward
+
+
+def reference(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The float64 result on the CPU (with the gradients, for a training problem)."""
+    wide = [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in tensors]
+    scalars = dict(problem.scalars)
+    if not problem.scalar("grad", False):
+        with torch.no_grad():
+            return compute(scalars, wide)
+    return step(problem, lambda *t: compute(scalars, t))(*wide)
+
+
+def tolerance(problem: Problem) -> float:
+    """Relative-norm tolerance: that of the inputs' dtype (float32 on a GPU may use TF32)."""
+    dtype = problem.inputs[0].dtype
+    if dtype == "bfloat16":
+        return 1e-2
+    if dtype == "float16":
+        return 5e-3
+    tf32 = problem.device == "cuda" and torch.get_float32_matmul_precision() != "highest"
+    return 1e-3 if tf32 else 1e-4
+
+
+# --- size and work ---
+
+
+def dims(problem: Problem) -> tuple[int, int, int, int, int, int, int]:
+    """(B, Hq, Hkv, L, S, E, Ev)."""
+    (b, hq, length, e), (_, hkv, s, _), ev = (
+        problem.inputs[0].shape,
+        problem.inputs[1].shape,
+        problem.inputs[2].shape[3],
+    )
+    return b, hq, hkv, length, s, e, ev
+
+
+def attended_pairs(problem: Problem) -> int:
+    """Query-key pairs computed per head: all L x S, or under the causal mask those with j <= i."""
+    _, _, _, length, s, _, _ = dims(problem)
+    if not problem.scalar("is_causal", False):
+        return length * s
+    full = max(0, min(length, s))  # rows 0 .. min(L, S)-1 attend i+1 keys; later rows all S
+    return full * (full + 1) // 2 + max(0, length - s) * s
+
+
+def flops(problem: Problem) -> int:
+    """FLOPs of the two products (2 per multiply-add), and the backward's five for training."""
+    b, hq, _, _, _, e, ev = dims(problem)
+    forward = 2 * b * hq * attended_pairs(problem) * (e + ev)
+    return int(forward * (1 + BACKWARD_WORK)) if problem.scalar("grad", False) else forward
+
+
+def min_bytes(problem: Problem) -> int:
+    """Bytes a fused kernel must move: each input read once and the output written once; for
+    training, the output's gradient read and the three gradients written too."""
+
+    def size(meta: TensorMeta) -> int:
+        from tunesmith.problem import torch_dtype
+
+        return meta.numel * torch_dtype(meta.dtype).itemsize
+
+    moved = sum(size(m) for m in problem.inputs) + size(problem.output)
+    if problem.scalar("grad", False):
+        moved += 2 * size(problem.output) + sum(size(m) for m in problem.inputs[:3])
+    return moved
+
+
+def is_empty(problem: Problem) -> bool:
+    """An empty output, or no keys to attend: computed eagerly, never tuned."""
+    _, _, _, _, s, e, _ = dims(problem)
+    return problem.output.numel == 0 or s == 0 or e == 0
