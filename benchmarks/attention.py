@@ -12,8 +12,9 @@ timed the same way: the call's kernels captured in a CUDA graph, its replays tim
 ``torch_ms`` is ``F.scaled_dot_product_attention`` as torch dispatches it; ``flash_ms``,
 ``efficient_ms``, ``cudnn_ms`` and ``math_ms`` force one of torch's backends (empty where it cannot
 run the shape, with torch's reason in ``errors``); ``triton_ms`` is the best config of tunesmith's
-Triton template; ``tunesmith_ms`` is the kernel ``tunesmith.tune`` picks (tuned in this process,
-its choice in ``chosen``); ``flex_ms`` is ``torch.compile(flex_attention)`` with the shape's mask
+Triton template; ``tunesmith_ms`` is the kernel ``tunesmith.tune`` picks (tuned in this process, in
+a cache folder of the run's own; its choice in ``chosen``, every time it measured in
+``tunesmith_timings``); ``flex_ms`` is ``torch.compile(flex_attention)`` with the shape's mask
 as a block mask and its bias as a score modification. TFLOP/s count the attended pairs only (half
 the square for causal); ``roofline`` is the fraction of the device's bf16 peak and memory floor.
 Every kernel is checked against a float64 reference (``rel_err``, the largest over the output and
@@ -99,7 +100,8 @@ def flex(problem: Any, tensors: list[torch.Tensor]) -> Callable[..., torch.Tenso
     causal, scale = problem.scalar("is_causal"), problem.scalar("scale")
     gqa = tensors[0].shape[1] != tensors[1].shape[1]
     mask = tensors[3] if len(tensors) > 3 else None
-    compiled = torch.compile(flex_attention)
+    torch._dynamo.reset()  # a fresh compile per shape: recompiles across shapes would hit Dynamo's limit
+    compiled = torch.compile(flex_attention, dynamic=False)
     block_mask, score_mod = None, None
     if causal:
         block_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, length, s, device="cuda")
@@ -155,7 +157,8 @@ def measure(name: str) -> dict[str, Any]:
     errors.update(triton["errors"])
     tunesmith.reset()
     selection = tunesmith.tune("attention", *tensors, **scalars)
-    row["chosen"] = str(selection.spec)
+    row["chosen"], row["tunesmith_cached"] = str(selection.spec), selection.cached
+    row["tunesmith_timings"] = {str(spec): round(ms, 5) for spec, ms in selection.timings.items()}
     column("tunesmith", selection.kernel)
     column("flex", flex(problem, inputs))
     work = flops(problem)
@@ -240,8 +243,12 @@ def main() -> None:
     unknown = sorted(set(names) - set(SHAPES))
     if unknown:
         raise SystemExit(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
+    import tempfile
+
     import triton
 
+    # tune in a cache folder of this run's own: an entry from an earlier run would answer instead
+    os.environ["TUNESMITH_CACHE_DIR"] = tempfile.mkdtemp(prefix="tunesmith-attention-")
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     rows = []
     for name in names:

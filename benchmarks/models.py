@@ -260,6 +260,9 @@ def _bert_train(device: str, small: bool) -> tuple[Any, tuple[Any, ...], bool]:
         def __init__(self) -> None:
             super().__init__()
             self.bert = BertModel(config, add_pooling_layer=False)
+            self.bert.embeddings.word_embeddings.weight.requires_grad_(False)  # the input is embeddings
+            for layer in self.bert.encoder.layer:  # its exact gradient is zero (the softmax ignores a
+                layer.attention.self.key.bias.requires_grad_(False)  # constant per row): noise both ways
 
         def forward(self, embeds: torch.Tensor) -> torch.Tensor:
             return self.bert(inputs_embeds=embeds).last_hidden_state

@@ -42,7 +42,9 @@ def test_the_problem_its_key_and_round_trip():
     assert dict(problem.scalars) == {"is_causal": False, "scale": 1 / math.sqrt(8), "grad": False}
     assert from_json(to_json(problem), Problem) == problem
     # the same problem from new tensors has the same key; scale=None is 1/sqrt(E) spelled out
-    again, _ = build_problem("attention", qkv(hq=4, hkv=2, s=24), {"attn_mask": mask.clone(), "scale": 1 / math.sqrt(8)})
+    again, _ = build_problem(
+        "attention", qkv(hq=4, hkv=2, s=24), {"attn_mask": mask.clone(), "scale": 1 / math.sqrt(8)}
+    )
     assert again.key() == problem.key()
     causal, _ = build_problem("attention", [q, k, v], {"is_causal": True})
     trained, _ = build_problem("attention", [q.requires_grad_(), k, v], {})
@@ -70,7 +72,10 @@ def test_flops_count_the_causal_triangle_and_the_backward():
         (lambda t, s: ([t[0], t[1], t[2][:, :, :5]], s), "differ in heads or length"),
         (lambda t, s: ([t[0].half(), t[1], t[2]], s), "share one dtype"),
         (lambda t, s: (t, {**s, "dropout_p": 0.1}), "dropout stays torch's"),
-        (lambda t, s: (t, {**s, "attn_mask": torch.ones(2, 1, 16, 16, dtype=torch.bool), "is_causal": True}), "not both"),
+        (
+            lambda t, s: (t, {**s, "attn_mask": torch.ones(2, 1, 16, 16, dtype=torch.bool), "is_causal": True}),
+            "not both",
+        ),
         (lambda t, s: (t, {**s, "attn_mask": torch.ones(3, 1, 16, 16)}), "does not broadcast"),
         (lambda t, s: (t, {**s, "attn_mask": torch.ones(2, 1, 16, 16, dtype=torch.int32)}), "must be bool"),
     ],

@@ -6,7 +6,10 @@ bmm, baddbmm, mm_plus_mm), ``M``, ``N``, ``K``, ``B`` (bmm and baddbmm), ``dtype
 ``["cast", "float32"]``; a file holds no tensors) and ``layout_a`` / ``layout_b`` (``row``, or
 ``col`` for a transposed view). A conv case has ``batch``, ``in_channels``, ``out_channels``,
 ``height``, ``width``, ``kernel_size`` and optional ``stride``, ``padding``, ``dilation``,
-``groups``, ``bias`` (default true) and ``layout`` (``nchw`` or ``nhwc``). Other fields (the
+``groups``, ``bias`` (default true) and ``layout`` (``nchw`` or ``nhwc``). An attention case has
+``batch``, ``heads``, ``q_len``, ``kv_len``, ``head_dim`` and optional ``kv_heads`` (grouped-query;
+default ``heads``), ``causal``, ``mask`` (``padding``: a boolean (B, 1, 1, S) mask, or ``bias``:
+an additive (1, H, L, S) one) and ``grad`` (forward and backward). Other fields (the
 corpus's ``source`` and ``split``) are kept in ``Case.fields`` and otherwise ignored.
 """
 
@@ -26,6 +29,8 @@ from tunesmith_hookspecs import EpilogueOp
 
 _GEMM_KEYS = {"mm": "MNK", "addmm": "MNK", "mm_plus_mm": "MNK", "bmm": "BMNK", "baddbmm": "BMNK"}
 _CONV_KEYS = ("batch", "in_channels", "out_channels", "height", "width", "kernel_size")
+_ATTENTION_KEYS = ("batch", "heads", "q_len", "kv_len", "head_dim")
+_NEEDED = {**{op: tuple(keys) for op, keys in _GEMM_KEYS.items()}, "conv": _CONV_KEYS, "attention": _ATTENTION_KEYS}
 
 
 @attrs.frozen
@@ -52,10 +57,9 @@ def load(path: str | Path) -> list[Case]:
         if not isinstance(raw, dict):
             raise ProblemError(f"{path}: case {i} is not an object")
         name, op, dtype = raw.get("name", f"case{i}"), raw.get("op"), raw.get("dtype", "float32")
-        needed = _CONV_KEYS if op == "conv" else tuple(_GEMM_KEYS.get(op, ""))
-        if op not in _GEMM_KEYS and op != "conv":
-            raise ProblemError(f"{path}: case {name!r} has op {op!r}; use one of {', '.join([*_GEMM_KEYS, 'conv'])}")
-        missing = [k for k in needed if k not in raw]
+        if op not in _NEEDED:
+            raise ProblemError(f"{path}: case {name!r} has op {op!r}; use one of {', '.join(_NEEDED)}")
+        missing = [k for k in _NEEDED[op] if k not in raw]
         if missing:
             raise ProblemError(f"{path}: case {name!r} ({op}) lacks {', '.join(missing)}")
         if dtype not in GEMM_DTYPES:
@@ -81,6 +85,8 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> tuple[
     dtype = getattr(torch, case.dtype)
     f = case.fields
     la, lb = f.get("layout_a", "row"), f.get("layout_b", "row")
+    if case.op == "attention":
+        return _attention_inputs(f, dtype, device, gen)
     if case.op == "conv":
         k = f["kernel_size"]
         kh, kw = (k, k) if isinstance(k, int) else k
@@ -107,6 +113,30 @@ def make_inputs(case: Case, device: torch.device | str, seed: int = 0) -> tuple[
     if case.op == "mm_plus_mm":
         return [a, b, _matrix(M, K, la, dtype, device, gen), _matrix(K, N, lb, dtype, device, gen)], {}
     return [a, b], {}
+
+
+def _attention_inputs(
+    f: Mapping[str, Any], dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    b, h, hkv, length, s, d = (
+        f["batch"],
+        f["heads"],
+        f.get("kv_heads", f["heads"]),
+        f["q_len"],
+        f["kv_len"],
+        f["head_dim"],
+    )
+    tensors = [_randn((b, h, length, d), dtype, device, gen)]
+    tensors += [_randn((b, hkv, s, d), dtype, device, gen) for _ in range(2)]
+    scalars: dict[str, Any] = {"is_causal": bool(f.get("causal", False)), "grad": bool(f.get("grad", False))}
+    if f.get("mask") == "padding":
+        lengths = torch.randint(max(1, s * 3 // 4), s + 1, (b, 1), generator=gen)
+        scalars["attn_mask"] = (torch.arange(s)[None, :] < lengths)[:, None, None, :].to(device)
+    elif f.get("mask") == "bias":
+        scalars["attn_mask"] = _randn((1, h, length, s), dtype, device, gen)
+    elif f.get("mask") is not None:
+        raise ProblemError(f"attention mask {f['mask']!r}: use 'padding' or 'bias'")
+    return tensors, scalars
 
 
 def epilogue(case: Case) -> list[Any]:
@@ -149,5 +179,8 @@ def shape_text(case: Case) -> str:
     f = case.fields
     if case.op == "conv":
         return f"{f['batch']}x{f['in_channels']}x{f['height']}x{f['width']} * {f['out_channels']}x{f['kernel_size']}"
+    if case.op == "attention":
+        heads = f"{f['heads']}/{f['kv_heads']}" if "kv_heads" in f else f"{f['heads']}"
+        return f"{f['batch']}x{heads}x{f['q_len']}x{f['kv_len']}x{f['head_dim']}"
     batch = f"{f['B']}x" if "B" in _GEMM_KEYS[case.op] else ""
     return f"{batch}{f['M']}x{f['N']}x{f['K']}"

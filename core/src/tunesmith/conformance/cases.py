@@ -3,7 +3,11 @@
 Per op: float32, float16 and bfloat16; sizes 1, odd (17, 127), zero, and two of several tiles
 (one odd, one aligned to 128 as TMA- and CUTLASS-style kernels need);
 contiguous, transposed (channels_last for conv) and strided inputs; batches for bmm and baddbmm;
-every epilogue step alone, and one chain of them. Inputs are random normal values (never zeros),
+every epilogue step alone, and one chain of them. Attention has its own variants
+(``ATTENTION``): causal (square, and with fewer or more keys than queries), grouped-query heads, a
+padding mask, a fully masked query row, an additive bias, one query row, odd lengths, head dims
+64, 80 and 128, transposed q, k and v, and training (outputs and the three gradients) of several
+of these. Inputs are random normal values (never zeros),
 seeded from the case id, so every process makes the same tensors. Size "one" uses positive random
 values: with a single output element, terms that cancel would make any relative error meaningless.
 """
@@ -35,6 +39,27 @@ EPILOGUE_STEPS = (
 )  # fmt: skip
 EPILOGUE_CHAIN = ("gelu", "add_tensor", "mul_scalar", "silu", "cast_float32")
 BATCH = 3
+#: attention variants: name -> (batch, query heads, kv heads, query length, key length, head dim,
+#: causal, mask ("", "padding", "full_row", "bias"), training, q/k/v as transposed views)
+ATTENTION = {
+    "plain": (2, 2, 2, 16, 16, 16, False, "", False, False),
+    "causal": (1, 2, 2, 17, 17, 16, True, "", False, False),
+    "causal_more_keys": (1, 2, 2, 9, 23, 16, True, "", False, False),
+    "causal_fewer_keys": (1, 2, 2, 23, 9, 16, True, "", False, False),
+    "gqa": (1, 4, 2, 16, 16, 16, False, "", False, True),
+    "padding": (2, 2, 2, 16, 19, 16, False, "padding", False, False),
+    "full_row": (1, 2, 2, 8, 16, 16, False, "full_row", False, False),
+    "bias": (1, 2, 2, 16, 16, 16, False, "bias", False, True),
+    "one_row": (2, 2, 1, 1, 33, 16, False, "", False, False),
+    "odd": (1, 1, 1, 17, 77, 16, False, "", False, False),
+    "head64": (1, 1, 1, 16, 16, 64, True, "", False, False),
+    "head80": (1, 1, 1, 16, 16, 80, False, "padding", False, False),
+    "head128": (1, 1, 1, 16, 16, 128, False, "", False, False),
+    "train": (1, 2, 2, 16, 16, 16, False, "", True, True),
+    "train_causal_gqa": (1, 4, 2, 17, 17, 16, True, "", True, False),
+    "train_padding": (2, 2, 2, 16, 19, 16, False, "padding", True, False),
+    "train_bias": (1, 2, 2, 16, 16, 16, False, "bias", True, False),
+}
 
 
 @attrs.frozen
@@ -58,6 +83,9 @@ def matrix(ops: tuple[str, ...] = OPS, dtypes: tuple[str, ...] = DTYPES) -> list
     cases = []
     for op in ops:
         for dtype in dtypes:
+            if op == "attention":
+                cases += [Case(op, dtype, variant) for variant in ATTENTION]
+                continue
             cases += [Case(op, dtype, size, layout) for size in SIZES for layout in LAYOUTS]
             cases += [Case(op, dtype, "odd17", "contiguous", (step,)) for step in EPILOGUE_STEPS]
             cases.append(Case(op, dtype, "odd17", "contiguous", EPILOGUE_CHAIN))
@@ -114,11 +142,32 @@ def _conv(gen, case: Case, dtype, device) -> tuple[list[torch.Tensor], dict[str,
     return [x, w, gen((out_channels,), dtype, device)], scalars
 
 
+def _attention(gen, case: Case, dtype, device) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    b, hq, hkv, length, s, d, causal, mask, train, transposed = ATTENTION[case.size]
+
+    def heads(h: int, n: int) -> torch.Tensor:
+        return gen((b, n, h, d), dtype, device).transpose(1, 2) if transposed else gen((b, h, n, d), dtype, device)
+
+    tensors = [heads(hq, length), heads(hkv, s), heads(hkv, s)]
+    scalars: dict[str, Any] = {"is_causal": causal, "grad": train}
+    if mask in ("padding", "full_row"):
+        keep = torch.ones(b, 1, length if mask == "full_row" else 1, s, dtype=torch.bool)
+        keep[..., s - s // 3 :] = False  # the last keys are padding
+        if mask == "full_row":
+            keep[:, :, 2, :] = False  # a query row that attends nothing: torch gives it zeros
+        scalars["attn_mask"] = keep.to(device)
+    elif mask == "bias":
+        scalars["attn_mask"] = gen((1, hq, length, s), dtype, device)
+    return tensors, scalars
+
+
 def make(case: Case, device: torch.device | str) -> tuple[list[torch.Tensor], dict[str, Any], list[Any]]:
     """(tensors, scalars, epilogue) for ``tunesmith``'s problem builder, the same in every process."""
     device = torch.device(device)
     gen = _gen(case)
     dtype = getattr(torch, case.dtype)
+    if case.op == "attention":
+        return (*_attention(gen, case, dtype, device), [])
     m, n, k = SIZES[case.size]
     if case.op == "conv":
         tensors, scalars = _conv(gen, case, dtype, device)

@@ -1,6 +1,7 @@
 """tunesmith-triton: Triton GEMM templates (mm, addmm, bmm, baddbmm, mm + mm) and an implicit-GEMM
-2-D convolution template, with the Problem's epilogue compiled into the kernel, over a device-aware
-set of tile configs.
+2-D convolution template, with the Problem's epilogue compiled into the kernel, and a
+flash-attention template (forward and backward, masks and biases fused), over device-aware sets
+of tile configs.
 
 On a GPU the kernels run compiled; with ``TRITON_INTERPRET=1`` they run in Triton's interpreter
 on CPU tensors (tests), where bfloat16 is not offered: the interpreter has no bfloat16 ``tl.dot``.
@@ -20,6 +21,7 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and importlib.util.f
 import torch
 
 from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, PluginStatus, Problem, hookimpl
+from tunesmith_triton import attention
 from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan, precision
 from tunesmith_triton.configs import configs_for, multiprocessors, shared_memory, tma_fits
 from tunesmith_triton.conv import CONV_TEMPLATE, ConvChoice, conv_choices
@@ -34,8 +36,8 @@ __all__ = [
     "tunesmith_rebuild_choice",
 ]
 
-#: every op the plugin serves: the GEMM templates' and the conv template's
-SERVED = (*OPS, "conv")
+#: every op the plugin serves: the GEMM templates', the conv template's and flash attention's
+SERVED = (*OPS, "conv", attention.OP)
 
 
 def interpreting() -> bool:
@@ -67,6 +69,8 @@ def tunesmith_plugin_status() -> PluginStatus:
 
 
 def _offered(problem: Problem) -> bool:
+    if problem.op == attention.OP:
+        return problem.device == _device() and problem.inputs[0].dtype in _dtypes() and attention.serves(problem)
     op_inputs = problem.inputs[: problem.num_op_inputs]
     return (
         problem.op in SERVED
@@ -88,6 +92,8 @@ def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
         return []
     if problem.op == "conv":
         return conv_choices(problem, interpreting())
+    if problem.op == attention.OP:
+        return list(attention.choices(NAME, problem, problem.device))
     dot, sms = precision(problem), _multiprocessors()
     return [
         TritonChoice(ChoiceSpec(NAME, template, config.params()), problem, dot, sms)
@@ -97,7 +103,11 @@ def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
 
 @hookimpl
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
-    if spec.backend != NAME or not _offered(problem) or (spec.template == CONV_TEMPLATE) != (problem.op == "conv"):
+    if spec.backend != NAME or not _offered(problem):
+        return None
+    if problem.op == attention.OP:
+        return attention.rebuild(spec, problem)
+    if (spec.template == CONV_TEMPLATE) != (problem.op == "conv"):
         return None
     if spec.template == CONV_TEMPLATE:
         try:

@@ -1,0 +1,818 @@
+"""Flash attention in Triton: torch's ``F.scaled_dot_product_attention`` (no dropout) forward and
+backward, with grouped-query heads, a causal mask, and a boolean or additive bias.
+
+- ``_fwd_kernel``: one program per block of query rows of one query head. The Q tile is loaded
+  once; K and V tiles stream through an online softmax in float32 (base 2: the scale is folded
+  with log2(e)). Key blocks past the causal diagonal are skipped; the blocks wholly below it (and
+  wholly inside the keys) run without any mask, the rest with the causal and key-edge masks.
+  It also stores each row's log-sum-exp (natural log) for the backward.
+- The backward is FA2's: ``_bwd_delta_kernel`` (delta = rowsum(dO * O)), ``_bwd_kv_kernel`` (one
+  program per key block of one kv head, looping over the group's query heads, so dK and dV need no
+  atomics) and ``_bwd_q_kernel`` (one program per query block of one query head). Each recomputes
+  P from the saved log-sum-exp.
+
+A query row whose keys are all masked out (a boolean mask, or a bias of -inf) gets output 0, zero
+gradients and a log-sum-exp of +inf (so that the backward's P = exp(s - lse) is 0 there), as
+torch's math path does since 2.5 (softmax over -inf only gives 0).
+
+``attention`` is differentiable through the custom ops ``tunesmith_triton::flash_fwd`` and
+``tunesmith_triton::flash_bwd``, which torch.compile traces as opaque calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+from typing import Any
+
+import attrs
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["FlashConfig", "attention", "backward", "configs", "forward"]
+
+#: log2(e): scores are scaled by it so that the softmax runs on exp2
+LOG2E = 1.4426950408889634
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# --------------------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _load2(ptrs, r, R, c, C, MASK_R: tl.constexpr, MASK_C: tl.constexpr):
+    """A 2-D tile, masked (zeros) where rows ``r >= R`` or columns ``c >= C`` when asked."""
+    if MASK_R and MASK_C:
+        x = tl.load(ptrs, mask=(r[:, None] < R) & (c[None, :] < C), other=0.0)
+    elif MASK_R:
+        x = tl.load(ptrs, mask=r[:, None] < R, other=0.0)
+    elif MASK_C:
+        x = tl.load(ptrs, mask=c[None, :] < C, other=0.0)
+    else:
+        x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _keep(rows, cols, S, CAUSAL: tl.constexpr):
+    """[rows, cols]: the key is inside the keys and, when causal, not after the query."""
+    keep = cols[None, :] < S
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows[:, None])
+    return keep
+
+
+@triton.jit
+def _fwd_blocks(
+    acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+    s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks."""
+    k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
+    v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
+    x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm  # the bias tile's pointers are made per block, only with a bias
+    for start in range(lo, hi, BN):
+        cols = start + offs_n
+        k = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
+        qk = tl.dot(q, k, input_precision=PRECISION)
+        if SCALE_FIRST:  # an additive bias (or a scale <= 0): scale, add, then mask
+            s = qk * qk_scale
+            if HAS_BIAS:
+                x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
+                if BIAS_BOOL:
+                    s = tl.where(x != 0, s, float("-inf"))
+                else:
+                    s += x.to(tl.float32) * 1.4426950408889634
+            if MASK:
+                s = tl.where(_keep(offs_m, cols, S, CAUSAL), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+            if HAS_BIAS:  # a row masked so far: subtract 0, not -inf (no NaN)
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_use[:, None])
+        else:  # mask the raw scores; the scale goes into one multiply-add with the row max
+            if HAS_BIAS:  # (a boolean mask: an additive bias scales first)
+                x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
+                qk = tl.where(x != 0, qk, float("-inf"))
+            if MASK:
+                qk = tl.where(_keep(offs_m, cols, S, CAUSAL), qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_use = m_new
+            if HAS_BIAS:
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(qk * qk_scale - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load2(v_ptrs, cols, S, offs_dv, HEAD_DV, MASK, PAD_DV)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+        k_ptrs += BN * s_kn
+        v_ptrs += BN * s_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(
+    q_ptr, k_ptr, v_ptr, x_ptr, o_ptr, lse_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn,
+    H, L, S, qk_scale,
+    GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    kvh = h // GROUP
+    m0 = pid_m * BM
+    offs_m = m0 + tl.arange(0, BM)
+    rows = tl.minimum(offs_m, L - 1)  # rows past the end read the last row again (never stored)
+    offs_n = tl.arange(0, BN)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    b64, h64, kvh64 = b.to(tl.int64), h.to(tl.int64), kvh.to(tl.int64)
+    q_base = q_ptr + b64 * s_qb + h64 * s_qh
+    k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
+    v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
+    x_base = x_ptr + b64 * s_xb + h64 * s_xh
+    q = _load2(q_base + rows.to(tl.int64)[:, None] * s_qm + offs_d[None, :], rows, L, offs_d, HEAD_D, False, PAD_D)
+
+    acc = tl.zeros((BM, BLOCK_DV), dtype=tl.float32)
+    l_i = tl.zeros((BM,), dtype=tl.float32)
+    m_i = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    whole = (S // BN) * BN  # key blocks inside the keys
+    if CAUSAL:  # keys after the block's last row are skipped; blocks before its first need no mask
+        hi = tl.minimum(tl.minimum(m0 + BM, L), S)
+        lo = tl.minimum(((m0 + 1) // BN) * BN, whole)
+    else:
+        hi = S
+        lo = whole
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST, PRECISION,
+    )  # fmt: skip
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST, PRECISION,
+    )  # fmt: skip
+    if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
+        empty = l_i == 0.0
+        out = acc / tl.where(empty, 1.0, l_i)[:, None]
+        lse = tl.where(empty, float("inf"), (m_i + tl.log2(l_i)) * 0.6931471805599453)
+    else:
+        out = acc / l_i[:, None]
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+    row0 = bh.to(tl.int64) * L
+    o_ptrs = o_ptr + (row0 + offs_m)[:, None] * HEAD_DV + offs_dv[None, :]
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_dv[None, :] < HEAD_DV))
+    tl.store(lse_ptr + row0 + offs_m, lse, mask=offs_m < L)
+
+
+@triton.jit
+def _bwd_delta_kernel(
+    o_ptr, do_ptr, delta_ptr, s_ob, s_oh, s_om, s_db, s_dh, s_dm, H, L,
+    HEAD_DV: tl.constexpr, BLOCK_DV: tl.constexpr, BM: tl.constexpr,
+):  # fmt: skip
+    """delta = rowsum(dO * O), float32, one value per query row."""
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    mask = (offs_m[:, None] < L) & (offs_dv[None, :] < HEAD_DV)
+    o = tl.load(
+        o_ptr + b * s_ob + h * s_oh + offs_m.to(tl.int64)[:, None] * s_om + offs_dv[None, :], mask=mask, other=0.0
+    )
+    do = tl.load(
+        do_ptr + b * s_db + h * s_dh + offs_m.to(tl.int64)[:, None] * s_dm + offs_dv[None, :], mask=mask, other=0.0
+    )
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(delta_ptr + bh.to(tl.int64) * L + offs_m, delta, mask=offs_m < L)
+
+
+@triton.jit
+def _bwd_kv_blocks(
+    dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+    s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, hi,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr,
+    MASK_M: tl.constexpr, MASK_CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """dK and dV of one key block from query blocks [lo, hi), transposed ([keys, queries]) so that
+    no accumulator is transposed. With MASK_M, rows past L read lse = +inf (P = 0 there)."""
+    for start in range(lo, hi, BM):
+        rows = start + offs_m
+        qT = _load2(
+            q_base + rows.to(tl.int64)[None, :] * s_qm + offs_d[:, None], offs_d, HEAD_D, rows, L, PAD_D, MASK_M
+        )
+        do = _load2(
+            do_base + rows.to(tl.int64)[:, None] * s_dom + offs_dv[None, :], rows, L, offs_dv, HEAD_DV, MASK_M, PAD_DV
+        )
+        if MASK_M:
+            lse = tl.load(lse_base + rows, mask=rows < L, other=float("inf"))
+            dl = tl.load(dl_base + rows, mask=rows < L, other=0.0)
+        else:
+            lse = tl.load(lse_base + rows)
+            dl = tl.load(dl_base + rows)
+        qkT = tl.dot(k, qT, input_precision=PRECISION)
+        lse2 = lse * 1.4426950408889634
+        if HAS_BIAS:
+            xT = _load2(
+                x_base + cols.to(tl.int64)[:, None] * s_xn + rows.to(tl.int64)[None, :] * s_xm,
+                cols,
+                0,
+                rows,
+                L,
+                False,
+                MASK_M,
+            )
+            if BIAS_BOOL:
+                pT = tl.where(xT != 0, tl.exp2(qkT * qk_scale - lse2[None, :]), 0.0)
+            else:
+                pT = tl.exp2(qkT * qk_scale + xT.to(tl.float32) * 1.4426950408889634 - lse2[None, :])
+        else:
+            pT = tl.exp2(qkT * qk_scale - lse2[None, :])
+        if MASK_CAUSAL:
+            pT = tl.where(rows[None, :] >= offs_n[:, None], pT, 0.0)
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        dsT = pT * (dpT - dl[None, :])
+        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_kv_kernel(
+    q_ptr, k_ptr, v_ptr, x_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_dob, s_doh, s_dom,
+    H, HKV, L, S, scale, qk_scale,
+    GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid_n, bkv = tl.program_id(0), tl.program_id(1)
+    b, kvh = bkv // HKV, bkv % HKV
+    n0 = pid_n * BN
+    offs_n = n0 + tl.arange(0, BN)
+    cols = tl.minimum(offs_n, S - 1)  # keys past the end read the last key again (never stored)
+    offs_m = tl.arange(0, BM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    b64, kvh64 = b.to(tl.int64), kvh.to(tl.int64)
+    keys = cols.to(tl.int64)[:, None]
+    k = _load2(k_ptr + b64 * s_kb + kvh64 * s_kh + keys * s_kn + offs_d[None, :], cols, S, offs_d, HEAD_D, False, PAD_D)
+    v_ptrs = v_ptr + b64 * s_vb + kvh64 * s_vh + keys * s_vn + offs_dv[None, :]
+    v = _load2(v_ptrs, cols, S, offs_dv, HEAD_DV, False, PAD_DV)
+    dk = tl.zeros((BN, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BN, BLOCK_DV), dtype=tl.float32)
+    whole = (L // BM) * BM  # query blocks inside the queries
+    if CAUSAL:  # queries before the block's first key are skipped; from its last key on, no mask
+        lo = (n0 // BM) * BM
+        last = tl.minimum(n0 + BN, S) - 1
+        full = tl.cdiv(last, BM) * BM
+    else:
+        lo = 0
+        full = 0
+    for g in range(GROUP):
+        h64 = kvh64 * GROUP + g
+        bh = b64 * H + h64
+        q_base = q_ptr + b64 * s_qb + h64 * s_qh
+        do_base = do_ptr + b64 * s_dob + h64 * s_doh
+        x_base = x_ptr + b64 * s_xb + h64 * s_xh
+        lse_base = lse_ptr + bh * L
+        dl_base = delta_ptr + bh * L
+        if CAUSAL:
+            dk, dv = _bwd_kv_blocks(
+                dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, tl.minimum(full, L),
+                HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
+            )  # fmt: skip
+        dk, dv = _bwd_kv_blocks(
+            dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, full, whole,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
+        )  # fmt: skip
+        dk, dv = _bwd_kv_blocks(
+            dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, whole), L,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
+        )  # fmt: skip
+    row0 = bkv.to(tl.int64) * S
+    inside = offs_n[:, None] < S
+    dk_ptrs = dk_ptr + (row0 + offs_n)[:, None] * HEAD_D + offs_d[None, :]
+    tl.store(dk_ptrs, (dk * scale).to(dk_ptr.dtype.element_ty), mask=inside & (offs_d[None, :] < HEAD_D))
+    dv_ptrs = dv_ptr + (row0 + offs_n)[:, None] * HEAD_DV + offs_dv[None, :]
+    tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=inside & (offs_dv[None, :] < HEAD_DV))
+
+
+@triton.jit
+def _bwd_q_blocks(
+    dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+    s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """dQ of one query block from key blocks [lo, hi): with MASK, the key-edge and causal masks."""
+    k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
+    v_ptrs = v_base + (lo + offs_n).to(tl.int64)[None, :] * s_vn + offs_dv[:, None]
+    x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm
+    for start in range(lo, hi, BN):
+        cols = start + offs_n
+        kT = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
+        vT = _load2(v_ptrs, offs_dv, HEAD_DV, cols, S, PAD_DV, MASK)
+        qk = tl.dot(q, kT, input_precision=PRECISION)
+        if HAS_BIAS:
+            x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
+            if BIAS_BOOL:
+                p = tl.where(x != 0, tl.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+            else:
+                p = tl.exp2(qk * qk_scale + x.to(tl.float32) * 1.4426950408889634 - lse2[:, None])
+        else:
+            p = tl.exp2(qk * qk_scale - lse2[:, None])
+        if MASK:
+            p = tl.where(_keep(offs_m, cols, S, CAUSAL), p, 0.0)
+        dp = tl.dot(do, vT, input_precision=PRECISION)
+        ds = p * (dp - dl[:, None])
+        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision=PRECISION)
+        k_ptrs += BN * s_kn
+        v_ptrs += BN * s_vn
+    return dq
+
+
+@triton.jit
+def _bwd_q_kernel(
+    q_ptr, k_ptr, v_ptr, x_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_dob, s_doh, s_dom,
+    H, L, S, scale, qk_scale,
+    GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // H, bh % H
+    kvh = h // GROUP
+    m0 = pid_m * BM
+    offs_m = m0 + tl.arange(0, BM)
+    rows = tl.minimum(offs_m, L - 1)
+    offs_n = tl.arange(0, BN)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    b64, h64, kvh64 = b.to(tl.int64), h.to(tl.int64), kvh.to(tl.int64)
+    queries = rows.to(tl.int64)[:, None]
+    q = _load2(
+        q_ptr + b64 * s_qb + h64 * s_qh + queries * s_qm + offs_d[None, :], rows, L, offs_d, HEAD_D, False, PAD_D
+    )
+    do_ptrs = do_ptr + b64 * s_dob + h64 * s_doh + queries * s_dom + offs_dv[None, :]
+    do = _load2(do_ptrs, rows, L, offs_dv, HEAD_DV, False, PAD_DV)
+    row0 = bh.to(tl.int64) * L
+    lse2 = tl.load(lse_ptr + row0 + rows) * 1.4426950408889634
+    dl = tl.load(delta_ptr + row0 + rows)
+    k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
+    v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
+    x_base = x_ptr + b64 * s_xb + h64 * s_xh
+    dq = tl.zeros((BM, BLOCK_D), dtype=tl.float32)
+    whole = (S // BN) * BN
+    if CAUSAL:
+        hi = tl.minimum(tl.minimum(m0 + BM, L), S)
+        lo = tl.minimum(((m0 + 1) // BN) * BN, whole)
+    else:
+        hi = S
+        lo = whole
+    dq = _bwd_q_blocks(
+        dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
+    )  # fmt: skip
+    dq = _bwd_q_blocks(
+        dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
+    )  # fmt: skip
+    dq_ptrs = dq_ptr + (row0 + offs_m)[:, None] * HEAD_D + offs_d[None, :]
+    tl.store(dq_ptrs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_d[None, :] < HEAD_D))
+
+
+# --------------------------------------------------------------------------------------- configs
+
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)")
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@attrs.frozen
+class FlashConfig:
+    """Tiles, warps and pipeline stages of the forward kernel and of the backward kernels.
+
+    The backward's ``bwd_block_n`` is the block a program keeps (keys in the dK/dV kernel, queries
+    in the dQ kernel) and ``bwd_block_m`` the block it streams (queries for dK/dV, keys for dQ):
+    both kernels keep the larger tile and loop over the smaller one, as FA2 does.
+    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` and ``FlashConfig.from_str`` reads it back.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    bwd_block_m: int
+    bwd_block_n: int
+    bwd_num_warps: int
+    bwd_num_stages: int
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
+            size = getattr(self, name)
+            if not (isinstance(size, int) and size >= 16 and _pow2(size)):
+                raise ValueError(f"FlashConfig.{name} must be a power of two of at least 16, not {size!r}")
+        for name in ("num_warps", "bwd_num_warps"):
+            if not (isinstance(getattr(self, name), int) and _pow2(getattr(self, name))):
+                raise ValueError(f"FlashConfig.{name} must be a power of two, not {getattr(self, name)!r}")
+        for name in ("num_stages", "bwd_num_stages"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
+
+    def __str__(self) -> str:
+        return (
+            f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
+            f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
+        )
+
+    @classmethod
+    def from_str(cls, text: str) -> FlashConfig:
+        """The config ``str(config)`` wrote."""
+        match = _CONFIG_TEXT.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
+        return cls(*(int(g) for g in match.groups()))
+
+    def params(self) -> dict[str, int]:
+        """The config as a ChoiceSpec's params."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> FlashConfig:
+        """The config of a ChoiceSpec's params (``params()``)."""
+        return cls(**params)
+
+
+#: (block_m, block_n, warps, stages) of the forward on a GPU, best first, for heads of up to 64
+#: and for wider ones. Timed on the H100 (torch 2.11, Triton 3.6, bfloat16, B x H = 32 to 128,
+#: L = S = 1024 to 8192): with heads over 64 a 128-row tile needs 8 warps (4 spill its float32
+#: accumulator: half the speed). The first configs ran at 375-454 TFLOP/s forward and 286-345
+#: backward (head 128), where torch's FlashAttention-2 ran at 284-336 and 214-281, cuDNN at
+#: 494-607 and 380-478
+GPU_FORWARD = {
+    64: ((128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 128, 4, 3)),
+    128: ((128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4)),
+}
+#: (bwd_block_m, bwd_block_n, warps, stages) of the backward on a GPU, best first, likewise: the
+#: kept block (keys of dK/dV, queries of dQ) is 64 or 128, the streamed one 16 to 64
+GPU_BACKWARD = {
+    64: ((32, 64, 4, 3), (32, 128, 4, 3), (64, 64, 4, 2), (16, 64, 4, 3), (64, 128, 8, 2)),
+    128: ((64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 2), (32, 128, 8, 2)),
+}
+#: what still fits where few of the above do (wide heads, float32)
+SMALL_FORWARD = ((64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (16, 16, 4, 1))
+SMALL_BACKWARD = ((32, 64, 4, 2), (16, 64, 4, 2), (16, 32, 4, 2), (16, 16, 4, 1))
+#: fewer fitting configs than this: the small ones that fit are added
+MIN_CONFIGS = 3
+#: the interpreter runs every program in numpy: small tiles, a square one and an oblong one
+INTERPRETER_CONFIGS = (FlashConfig(16, 16, 4, 1, 16, 16, 4, 1), FlashConfig(32, 16, 4, 1, 16, 32, 4, 1))
+#: shared memory a config may plan for (the H100 has 227 KB a block; the rest is the compiler's)
+SHARED_LIMIT = 200 * 1024
+#: at most this many configs on a GPU
+MAX_CONFIGS = 6
+
+
+def _next_pow2(n: int, floor: int = 16) -> int:
+    size = floor
+    while size < n:
+        size *= 2
+    return size
+
+
+def shared_bytes(kept: int, streamed: int, stages: int, head_dim: int, head_dim_v: int, itemsize: int) -> int:
+    """Shared memory of a kernel keeping a ``kept``-row tile and streaming ``streamed``-row tiles of
+    K and V (or Q and dO) through ``stages`` buffers, heads padded to powers of two."""
+    d, dv = _next_pow2(head_dim), _next_pow2(head_dim_v)
+    return itemsize * (kept * d + stages * streamed * (d + dv))
+
+
+def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str) -> list[FlashConfig]:
+    """The search space: a few GPU configs that fit shared memory for this head dim and dtype
+    (forward and backward tiles paired by rank when ``train``), or two small ones for the
+    interpreter (``device_type`` "cpu")."""
+    if device_type != "cuda":
+        return list(INTERPRETER_CONFIGS)
+    size = torch.empty((), dtype=dtype).element_size()
+
+    def fits(tiles: tuple[tuple[int, int, int, int], ...], backward: bool) -> list[tuple[int, int, int, int]]:
+        # the backward keeps K and V (or Q and dO) and transposes one streamed tile through shared memory
+        def need(bm: int, bn: int, s: int) -> int:
+            if backward:
+                return shared_bytes(bn, bm, s + 1, head_dim, head_dim, size) + bn * _next_pow2(head_dim) * size
+            return shared_bytes(bm, bn, s, head_dim, head_dim, size)
+
+        return [t for t in tiles if need(t[0], t[1], t[3]) <= SHARED_LIMIT]
+
+    def space(
+        main: tuple[tuple[int, int, int, int], ...], small: tuple[tuple[int, int, int, int], ...], backward: bool
+    ) -> list[tuple[int, int, int, int]]:
+        tiles = fits(main, backward)
+        if len(tiles) < MIN_CONFIGS:
+            tiles += [t for t in fits(small, backward) if t not in tiles][: MIN_CONFIGS - len(tiles)]
+        return tiles or [small[-1]]
+
+    wide = 64 if head_dim <= 64 else 128
+    forward_tiles = space(GPU_FORWARD[wide], SMALL_FORWARD, False)
+    backward_tiles = space(GPU_BACKWARD[wide], SMALL_BACKWARD, True)
+    if not train:
+        return [FlashConfig(*f, *backward_tiles[0]) for f in forward_tiles[:MAX_CONFIGS]]
+    count = min(MAX_CONFIGS, max(len(forward_tiles), len(backward_tiles)))
+    return [
+        FlashConfig(*forward_tiles[i % len(forward_tiles)], *backward_tiles[i % len(backward_tiles)])
+        for i in range(count)
+    ]
+
+
+# ------------------------------------------------------------------------------------- launchers
+
+
+def _precision(dtype: torch.dtype) -> str:
+    """``tl.dot``'s input precision: TF32 for float32 only where torch's matmuls may use it."""
+    if dtype != torch.float32 or _interpreting() or torch.get_float32_matmul_precision() == "highest":
+        return "ieee"
+    return "tf32"
+
+
+def _unit_last(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as is when its last dim has stride 1 (any other strides are read as they are)."""
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _device(t: torch.Tensor) -> Any:
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int, int]:
+    """(B, Hq, Hkv, L, S, D, Dv), after checking that q, k and v go together."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-D (B, H, L, D), not {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"q, k, v must share one of float16, bfloat16, float32, not {q.dtype}, {k.dtype}, {v.dtype}")
+    B, Hq, L, D = q.shape
+    _, Hkv, S, _ = k.shape
+    if k.shape[0] != B or v.shape[0] != B or k.shape[-1] != D or tuple(v.shape[1:3]) != (Hkv, S):
+        raise ValueError(f"q, k, v do not go together: {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    return B, Hq, Hkv, L, S, D, v.shape[-1]
+
+
+def _bias(
+    bias: torch.Tensor | None, shape: tuple[int, int, int, int], q: torch.Tensor
+) -> tuple[torch.Tensor, tuple[int, ...], bool, bool]:
+    """(tensor, its 4 strides broadcast to ``shape`` (0 where broadcast), has a bias, is boolean);
+    a bool mask is read as bytes, no bias as q with zero strides (never read)."""
+    if bias is None:
+        return q, (0, 0, 0, 0), False, False
+    if bias.device != q.device:
+        raise ValueError(f"bias is on {bias.device}, q on {q.device}")
+    try:
+        x = bias.expand(shape)
+    except RuntimeError as e:
+        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to {shape}") from e
+    if x.dtype == torch.bool:
+        return x.view(torch.uint8), tuple(x.stride()), True, True
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"bias must be bool or floating point, not {x.dtype}")
+    return x, tuple(x.stride()), True, False
+
+
+def _head_meta(D: int, Dv: int) -> dict[str, Any]:
+    block_d, block_dv = _next_pow2(D), _next_pow2(Dv)
+    return {
+        "HEAD_D": D,
+        "HEAD_DV": Dv,
+        "BLOCK_D": block_d,
+        "BLOCK_DV": block_dv,
+        "PAD_D": block_d != D,
+        "PAD_DV": block_dv != Dv,
+    }
+
+
+def forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    config: FlashConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale + bias) v: (out (B, Hq, L, Dv) contiguous in q's dtype, lse (B, Hq, L)
+    float32, natural log, +inf for a row with every key masked)."""
+    B, Hq, Hkv, L, S, D, Dv = _shapes(q, k, v)
+    q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
+    out = torch.empty((B, Hq, L, Dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, L), dtype=torch.float32, device=q.device)
+    if out.numel() == 0 or S == 0:  # no keys: every row is masked out
+        return out.zero_(), lse.fill_(float("inf"))
+    x, xs, has_bias, is_bool = _bias(bias, (B, Hq, L, S), q)
+    bm = min(config.block_m, _next_pow2(L))
+    bn = min(config.block_n, _next_pow2(S))
+    meta = {
+        **_head_meta(D, Dv),
+        "GROUP": Hq // Hkv,
+        "BM": bm,
+        "BN": bn,
+        "CAUSAL": bool(causal),
+        "HAS_BIAS": has_bias,
+        "BIAS_BOOL": is_bool,
+        "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
+        "PRECISION": _precision(q.dtype),
+    }
+    with _device(q):
+        _fwd_kernel[(triton.cdiv(L, bm), B * Hq)](
+            q, k, v, x, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs,
+            Hq, L, S, float(scale) * LOG2E, **meta, num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+    return out, lse
+
+
+def backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: FlashConfig,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of ``forward``'s out given its gradient ``dout``, from the forward's ``out`` and
+    ``lse``: contiguous, in q's dtype."""
+    B, Hq, Hkv, L, S, D, Dv = _shapes(q, k, v)
+    q, k, v, out = _unit_last(q), _unit_last(k), _unit_last(v), _unit_last(out)
+    dout = _unit_last(dout.to(q.dtype))
+    lse = lse.to(torch.float32).contiguous()
+    dq = torch.empty((B, Hq, L, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, Hkv, S, D), dtype=q.dtype, device=q.device)
+    dv = torch.empty((B, Hkv, S, Dv), dtype=q.dtype, device=q.device)
+    if B * Hq == 0 or L == 0 or S == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    x, xs, has_bias, is_bool = _bias(bias, (B, Hq, L, S), q)
+    head = _head_meta(D, Dv)
+    masks = {"CAUSAL": bool(causal), "HAS_BIAS": has_bias, "BIAS_BOOL": is_bool, "PRECISION": _precision(q.dtype)}
+    launch = {"num_warps": config.bwd_num_warps, "num_stages": config.bwd_num_stages}
+    streamed, kept = config.bwd_block_m, config.bwd_block_n
+    delta = torch.empty((B, Hq, L), dtype=torch.float32, device=q.device)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *dout.stride()[:3])
+    with _device(q):
+        rows = 16 if _interpreting() else 64
+        _bwd_delta_kernel[(triton.cdiv(L, rows), B * Hq)](
+            out, dout, delta, *out.stride()[:3], *dout.stride()[:3], Hq, L,
+            HEAD_DV=Dv, BLOCK_DV=head["BLOCK_DV"], BM=rows, num_warps=4,
+        )  # fmt: skip
+        bm, bn = min(streamed, _next_pow2(L)), min(kept, _next_pow2(S))
+        _bwd_kv_kernel[(triton.cdiv(S, bn), B * Hkv)](
+            q, k, v, x, dout, lse, delta, dk, dv, *strides, Hq, Hkv, L, S, float(scale), float(scale) * LOG2E,
+            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, **launch,
+        )  # fmt: skip
+        bm, bn = min(kept, _next_pow2(L)), min(streamed, _next_pow2(S))
+        _bwd_q_kernel[(triton.cdiv(L, bm), B * Hq)](
+            q, k, v, x, dout, lse, delta, dq, *strides, Hq, L, S, float(scale), float(scale) * LOG2E,
+            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, **launch,
+        )  # fmt: skip
+    return dq, dk, dv
+
+
+# ------------------------------------------------------------------------------------ custom ops
+
+
+@functools.lru_cache(maxsize=256)
+def _config(text: str) -> FlashConfig:
+    return FlashConfig.from_str(text)
+
+
+def _flash_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return forward(q, k, v, bias, causal, scale, _config(config))
+
+
+def _flash_fwd_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    B, Hq, L, _ = q.shape
+    return q.new_empty((B, Hq, L, v.shape[-1])), q.new_empty((B, Hq, L), dtype=torch.float32)
+
+
+def _flash_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return backward(dout, q, k, v, bias, out, lse, causal, scale, _config(config))
+
+
+def _flash_bwd_fake(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty((*k.shape[:3], v.shape[-1]))
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    q, k, v, bias, causal, scale, config = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, bias, out, lse)
+    ctx.causal, ctx.scale, ctx.config = causal, scale, config
+    ctx.mark_non_differentiable(lse)
+
+
+def _flash_fwd_backward(ctx: Any, dout: torch.Tensor | None, dlse: torch.Tensor | None) -> tuple[Any, ...]:
+    q, k, v, bias, out, lse = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.tunesmith_triton.flash_bwd(dout, q, k, v, bias, out, lse, ctx.causal, ctx.scale, ctx.config)
+    return dq, dk, dv, None, None, None, None
+
+
+FWD_SCHEMA = "(Tensor q, Tensor k, Tensor v, Tensor? bias, bool causal, float scale, str config) -> (Tensor, Tensor)"
+BWD_SCHEMA = (
+    "(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor out, Tensor lse, bool causal, float scale, "
+    "str config) -> (Tensor, Tensor, Tensor)"
+)
+
+
+def _register() -> None:
+    """Define ``tunesmith_triton::flash_fwd`` (differentiable) and ``::flash_bwd``, once a process."""
+    namespace = torch.ops.tunesmith_triton
+    if hasattr(namespace, "flash_fwd") and hasattr(namespace, "flash_bwd"):
+        return  # the module was imported again: the first definitions stay
+    bwd = torch.library.custom_op("tunesmith_triton::flash_bwd", _flash_bwd, mutates_args=(), schema=BWD_SCHEMA)
+    bwd.register_fake(_flash_bwd_fake)
+    fwd = torch.library.custom_op("tunesmith_triton::flash_fwd", _flash_fwd, mutates_args=(), schema=FWD_SCHEMA)
+    fwd.register_fake(_flash_fwd_fake)
+    fwd.register_autograd(_flash_fwd_backward, setup_context=_setup_context)
+
+
+_register()
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    config: FlashConfig,
+) -> torch.Tensor:
+    """Flash attention, differentiable w.r.t. q, k and v (not the bias) through the custom ops,
+    which torch.compile traces as opaque calls."""
+    if bias is not None and bias.requires_grad:
+        raise ValueError("flash attention has no gradient for the bias: pass a bias that does not require grad")
+    return torch.ops.tunesmith_triton.flash_fwd(q, k, v, bias, causal, scale, str(config))[0]

@@ -1,0 +1,315 @@
+"""The Triton plugin's flash attention (``flash.py``), run in Triton's interpreter on the CPU
+(``TRITON_INTERPRET=1``, in a subprocess: the flag is read when the kernels are defined): forward,
+log-sum-exp and backward against torch's float64 math path, float32 and float16, causal (square
+and oblong), grouped-query heads, boolean and additive masks, fully masked rows, odd sizes,
+decode, transposed inputs, wide and unequal heads; ``attention`` under autograd and under
+torch.compile; and, without the interpreter, the configs and the argument checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import run_interpreted
+
+COMMON = r"""
+import json, math, time, torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from tunesmith_triton import flash
+
+torch.manual_seed(0)
+
+def reference(q, k, v, bias, causal, scale, dout):
+    '''(out, lse, dq, dk, dv) in float64 through torch's math path (lse by hand).'''
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    L, S = q.shape[2], k.shape[2]
+    mask = None if bias is None else bias if bias.dtype == torch.bool else bias.double()
+    if causal:  # torch takes no mask beside is_causal: the triangle goes into the mask
+        tri = torch.ones(L, S, dtype=torch.bool).tril()
+        if mask is None:
+            mask = tri
+        elif mask.dtype == torch.bool:
+            mask = mask & tri
+        else:
+            mask = mask + torch.zeros(L, S, dtype=torch.float64).masked_fill(~tri, float("-inf"))
+    gqa = q.shape[1] != k.shape[1]
+    with sdpa_kernel(SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout.double())
+    group = q.shape[1] // k.shape[1]
+    scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return out.detach(), torch.logsumexp(scores, -1).detach(), dq, dk, dv
+
+def rel(x, ref):
+    '''||x - ref|| / ||ref|| (0 when both are 0).'''
+    diff, norm = (x.double() - ref).norm().item(), ref.norm().item()
+    return diff / norm if norm else diff
+"""
+
+CASES = (
+    COMMON
+    + r"""
+DTYPE = getattr(torch, "%s")
+SMALL, OBLONG = flash.INTERPRETER_CONFIGS
+
+def heads(B, H, N, D, layout="contiguous"):
+    if layout == "transposed":  # (B, N, H, D) read as (B, H, N, D)
+        return torch.randn(B, N, H, D).to(DTYPE).transpose(1, 2)
+    if layout == "strided":  # every other element of the last dim: copied by the launcher
+        return torch.randn(B, H, N, 2 * D).to(DTYPE)[..., ::2]
+    return torch.randn(B, H, N, D).to(DTYPE)
+
+def bool_rows(B, L, S):
+    '''A random (B, 1, L, S) mask with row 3 all False, every other row keeping key 0.'''
+    mask = torch.rand(B, 1, L, S) > 0.5
+    mask[..., 0] = True
+    mask[:, :, 3] = False
+    return mask
+
+def bias_of(kind, B, H, L, S):
+    if kind == "padding":  # (B, 1, 1, S): the last keys of each batch masked out
+        mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        for b in range(B):
+            mask[b, ..., S - 5 - 6 * b:] = False
+        return mask
+    if kind == "rows":
+        return bool_rows(B, L, S)
+    if kind == "relative":  # (1, H, L, S): a learned-looking relative position bias
+        pos = torch.arange(S)[None, :] - torch.arange(L)[:, None]
+        return (torch.randn(H, 1, 1) * pos.abs().float().sqrt() / 4 + torch.randn(1, H, L, S) / 4).to(DTYPE)
+    if kind == "keys":  # (B, 1, 1, S) additive, in float32 whatever q's dtype
+        return torch.randn(B, 1, 1, S)
+    if kind == "neg_inf_rows":  # additive -inf: row 3 fully, other rows partly
+        bias = torch.randn(B, 1, L, S).to(DTYPE)
+        return bias.masked_fill(~bool_rows(B, L, S), float("-inf"))
+    return None
+
+# name, (B, Hq, Hkv, L, S, D, Dv), causal, bias kind, layout, config, scale (None: 1/sqrt(D))
+cases = [
+    ("plain", (2, 2, 2, 64, 64, 32, 32), False, None, "contiguous", SMALL, None),
+    ("causal_square", (2, 2, 2, 64, 64, 32, 32), True, None, "contiguous", SMALL, None),
+    ("causal_square_oblong_tiles", (1, 2, 2, 61, 61, 16, 16), True, None, "contiguous", OBLONG, None),
+    ("causal_fewer_queries", (2, 2, 2, 20, 50, 16, 16), True, None, "contiguous", OBLONG, None),
+    ("causal_more_queries", (2, 2, 2, 50, 20, 16, 16), True, None, "contiguous", SMALL, None),
+    ("gqa", (2, 4, 2, 33, 33, 16, 16), True, None, "contiguous", SMALL, None),
+    ("gqa_oblong_tiles", (1, 4, 2, 40, 24, 16, 16), False, None, "contiguous", OBLONG, None),
+    ("mqa", (2, 4, 1, 17, 40, 16, 16), False, None, "contiguous", SMALL, None),
+    ("padding_mask", (2, 2, 2, 24, 40, 16, 16), False, "padding", "contiguous", SMALL, None),
+    ("padding_mask_causal", (2, 2, 2, 40, 40, 16, 16), True, "padding", "contiguous", OBLONG, None),
+    ("masked_row", (2, 2, 2, 20, 24, 16, 16), False, "rows", "contiguous", SMALL, None),
+    ("masked_row_causal_gqa", (2, 4, 2, 20, 24, 16, 16), True, "rows", "contiguous", OBLONG, None),
+    ("neg_inf_row", (2, 2, 2, 20, 24, 16, 16), False, "neg_inf_rows", "contiguous", SMALL, None),
+    ("relative_bias", (1, 2, 2, 24, 40, 16, 16), False, "relative", "contiguous", SMALL, None),
+    ("relative_bias_causal", (1, 2, 2, 40, 40, 16, 16), True, "relative", "contiguous", OBLONG, None),
+    ("key_bias", (2, 2, 2, 24, 33, 16, 16), False, "keys", "contiguous", SMALL, None),
+    ("head_80", (1, 2, 2, 40, 40, 80, 80), True, None, "contiguous", SMALL, None),
+    ("d_ne_dv", (2, 2, 2, 24, 40, 32, 16), False, None, "contiguous", SMALL, None),
+    ("d_ne_dv_80", (1, 2, 1, 24, 24, 16, 80), True, "keys", "contiguous", OBLONG, None),
+    ("odd", (2, 2, 2, 17, 33, 16, 16), False, None, "contiguous", SMALL, None),
+    ("odd_causal", (2, 2, 2, 17, 33, 16, 16), True, None, "contiguous", OBLONG, None),
+    ("decode", (2, 4, 2, 1, 37, 16, 16), False, None, "contiguous", SMALL, None),
+    ("decode_causal", (2, 2, 2, 1, 37, 16, 16), True, None, "contiguous", SMALL, None),
+    ("decode_padding", (2, 2, 2, 1, 40, 16, 16), False, "padding", "contiguous", SMALL, None),
+    ("transposed", (2, 4, 2, 24, 33, 16, 16), True, None, "transposed", SMALL, None),
+    ("transposed_bias", (2, 2, 2, 24, 33, 16, 16), False, "keys", "transposed", OBLONG, None),
+    ("strided_last_dim", (1, 2, 2, 20, 20, 16, 16), False, None, "strided", SMALL, None),
+    ("scale", (1, 2, 2, 20, 30, 16, 16), True, None, "contiguous", SMALL, 0.37),
+    ("negative_scale", (1, 2, 2, 20, 30, 16, 16), True, "padding", "contiguous", SMALL, -0.2),
+    ("head_64", (1, 1, 1, 32, 32, 64, 64), True, None, "contiguous", OBLONG, None),
+    ("head_128", (1, 1, 1, 32, 32, 128, 128), False, None, "contiguous", SMALL, None),
+]
+
+rows = []
+for name, (B, Hq, Hkv, L, S, D, Dv), causal, kind, layout, config, scale in cases:
+    start = time.perf_counter()
+    q, k, v = heads(B, Hq, L, D, layout), heads(B, Hkv, S, D, layout), heads(B, Hkv, S, Dv, layout)
+    bias = bias_of(kind, B, Hq, L, S)
+    scale = D ** -0.5 if scale is None else scale
+    out, lse = flash.forward(q, k, v, bias, causal, scale, config)
+    dout = torch.randn_like(out)
+    dq, dk, dv = flash.backward(dout, q, k, v, bias, out, lse, causal, scale, config)
+    ref_out, ref_lse, ref_dq, ref_dk, ref_dv = reference(q, k, v, bias, causal, scale, dout)
+    empty = torch.isinf(ref_lse)  # rows with every key masked out
+    got = (out, dq, dk, dv)
+    rows.append({
+        "case": name,
+        "errors": {
+            "out": rel(out, ref_out), "lse": rel(lse[~empty], ref_lse[~empty]),
+            "dq": rel(dq, ref_dq), "dk": rel(dk, ref_dk), "dv": rel(dv, ref_dv),
+        },
+        "finite": all(bool(torch.isfinite(t).all()) for t in got),
+        "empty_rows": int(empty.sum()),
+        "empty_lse_inf": bool((lse[empty] == float("inf")).all()),
+        "empty_out_zero": bool((out[empty] == 0).all()),
+        "empty_dq_zero": bool((dq[empty] == 0).all()),
+        "shapes_right": [tuple(t.shape) for t in (out, lse, dq, dk, dv)]
+        == [(B, Hq, L, Dv), (B, Hq, L), (B, Hq, L, D), (B, Hkv, S, D), (B, Hkv, S, Dv)],
+        "dtypes_right": all(t.dtype == DTYPE for t in got) and lse.dtype == torch.float32,
+        "out_contiguous": out.is_contiguous(),
+        "seconds": round(time.perf_counter() - start, 2),
+    })
+print(json.dumps({"rows": rows}))
+"""
+)
+
+#: relative error by norm against float64, per dtype
+TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
+
+
+@pytest.mark.parametrize("dtype", sorted(TOLERANCE))
+def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
+    rows = run_interpreted(CASES % dtype)["rows"]
+    assert len(rows) == 31
+    wrong = [(r["case"], r["errors"]) for r in rows if not max(r["errors"].values()) < TOLERANCE[dtype]]
+    assert not wrong, wrong
+    assert all(r["finite"] and r["shapes_right"] and r["dtypes_right"] and r["out_contiguous"] for r in rows), rows
+    # a query row with every key masked out (a bool mask, or a bias of -inf): output 0 and dq 0
+    # (as torch's math path gives), lse +inf, no NaN anywhere
+    empty = {r["case"]: r for r in rows if r["empty_rows"]}
+    assert set(empty) == {"masked_row", "masked_row_causal_gqa", "neg_inf_row"}
+    assert all(r["empty_lse_inf"] and r["empty_out_zero"] and r["empty_dq_zero"] for r in empty.values()), empty
+
+
+AUTOGRAD = (
+    COMMON
+    + r"""
+from tunesmith_triton.flash import FlashConfig, attention
+
+config = flash.INTERPRETER_CONFIGS[1]
+B, Hq, Hkv, L, S, D = 2, 4, 2, 24, 40, 16
+q = torch.randn(B, L, Hq, D).transpose(1, 2).requires_grad_()
+k = torch.randn(B, S, Hkv, D).transpose(1, 2).requires_grad_()
+v = torch.randn(B, S, Hkv, D).transpose(1, 2).requires_grad_()
+bias = torch.randn(1, Hq, L, S)
+dout = torch.randn(B, Hq, L, D)
+scale = D ** -0.5
+ref = reference(q, k, v, bias, True, scale, dout)
+
+def grads(fn):
+    for t in (q, k, v):
+        t.grad = None
+    out = fn(q, k, v, bias)
+    out.backward(dout)
+    return [out.detach(), q.grad.clone(), k.grad.clone(), v.grad.clone()]
+
+def errors(got):
+    return [rel(x, r) for x, r in zip(got, (ref[0], *ref[2:]))]
+
+def fn(q, k, v, bias):
+    return attention(q, k, v, bias, True, scale, config)
+
+eager = grads(fn)
+compiled = grads(torch.compile(fn, backend="aot_eager", fullgraph=True))
+grad_shapes = [tuple(t.shape) for t in eager[1:]] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+
+# the graph AOTAutograd traces holds the two custom ops, opaque
+from torch._functorch.aot_autograd import aot_function
+seen = []
+def compiler(gm, _):
+    seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+    return gm
+out = aot_function(fn, fw_compiler=compiler, bw_compiler=compiler)(q, k, v, bias)
+out.backward(dout)
+
+try:
+    attention(q, k, v, bias.clone().requires_grad_(), False, scale, config)
+    bias_refused = False
+except ValueError as e:
+    bias_refused = "bias" in str(e)
+
+# the ops' schema, fake (meta) functions and autograd registration, as torch checks custom ops
+small = [torch.randn(1, 2, 17, 16, requires_grad=True), torch.randn(1, 1, 20, 16, requires_grad=True),
+         torch.randn(1, 1, 20, 16, requires_grad=True)]
+opcheck = {}
+for name, args in (("fwd", (*small, None, True, 0.25, str(config))),
+                   ("fwd_mask", (*small, torch.rand(1, 1, 1, 20) > 0.3, False, 0.25, str(config)))):
+    report = torch.library.opcheck(torch.ops.tunesmith_triton.flash_fwd.default, args)
+    opcheck[name] = sorted(k for k, v in report.items() if v != "SUCCESS")
+o, lse = torch.ops.tunesmith_triton.flash_fwd(*[t.detach() for t in small], None, True, 0.25, str(config))
+bwd_args = (torch.randn_like(o), *[t.detach() for t in small], None, o, lse, True, 0.25, str(config))
+report = torch.library.opcheck(torch.ops.tunesmith_triton.flash_bwd.default, bwd_args,
+                               test_utils=("test_schema", "test_faketensor"))
+opcheck["bwd"] = sorted(k for k, v in report.items() if v != "SUCCESS")
+
+print(json.dumps({"eager": errors(eager), "compiled": errors(compiled),
+                  "compiled_vs_eager": [rel(c, e.double()) for c, e in zip(compiled, eager)],
+                  "grad_shapes": grad_shapes, "ops": sorted(set(seen)), "bias_refused": bias_refused,
+                  "opcheck": opcheck}))
+"""
+)
+
+
+def test_attention_is_differentiable_and_traced_by_torch_compile_as_custom_ops():
+    got = run_interpreted(AUTOGRAD)
+    assert max(got["eager"]) < 1e-4, got["eager"]
+    assert max(got["compiled"]) < 1e-4 and max(got["compiled_vs_eager"]) == 0.0, got
+    assert got["grad_shapes"]
+    assert {"tunesmith_triton.flash_fwd.default", "tunesmith_triton.flash_bwd.default"} <= set(got["ops"]), got["ops"]
+    assert got["bias_refused"]
+    assert got["opcheck"] == {"fwd": [], "fwd_mask": [], "bwd": []}, got["opcheck"]
+
+
+# ------------------------------------------------------------------ no interpreter: configs, checks
+
+
+def test_a_config_round_trips_through_its_string_and_its_params():
+    from tunesmith_triton.flash import FlashConfig
+
+    config = FlashConfig(128, 64, 4, 3, 32, 128, 8, 2)
+    assert str(config) == "128x64w4s3-32x128w8s2"
+    assert FlashConfig.from_str(str(config)) == config
+    assert FlashConfig.from_params(config.params()) == config
+    assert all(isinstance(v, int) for v in config.params().values())
+    for text in ("128x64w4s3", "128x64w4s3-32x128w8", "big"):
+        with pytest.raises(ValueError, match="FlashConfig"):
+            FlashConfig.from_str(text)
+    with pytest.raises(ValueError, match="power of two"):
+        FlashConfig(96, 64, 4, 3, 32, 128, 8, 2)
+    with pytest.raises(ValueError, match="num_stages"):
+        FlashConfig(128, 64, 4, 0, 32, 128, 8, 2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_the_gpu_space_is_small_distinct_and_fits_shared_memory(head_dim, dtype):
+    from tunesmith_triton.flash import SHARED_LIMIT, configs, shared_bytes
+
+    size = torch.empty((), dtype=dtype).element_size()
+    for train in (False, True):
+        space = configs(head_dim, dtype, train, "cuda")
+        assert 1 <= len(space) <= 6 and len(set(space)) == len(space)
+        for c in space:
+            assert shared_bytes(c.block_m, c.block_n, c.num_stages, head_dim, head_dim, size) <= SHARED_LIMIT
+            assert (
+                shared_bytes(c.bwd_block_n, c.bwd_block_m, c.bwd_num_stages, head_dim, head_dim, size) <= SHARED_LIMIT
+            )
+    if dtype != torch.float32 and head_dim <= 128:
+        assert len(configs(head_dim, dtype, True, "cuda")) >= 4
+        assert (128, 64) in {(c.block_m, c.block_n) for c in configs(head_dim, dtype, False, "cuda")}
+
+
+def test_the_interpreter_gets_small_tiles():
+    from tunesmith_triton.flash import configs
+
+    space = configs(64, torch.float32, True, "cpu")
+    assert 1 <= len(space) <= 2 and all(c.block_m <= 32 and c.bwd_block_n <= 32 for c in space)
+
+
+def test_inputs_that_do_not_go_together_are_refused_before_any_launch():
+    from tunesmith_triton.flash import INTERPRETER_CONFIGS, forward
+
+    config = INTERPRETER_CONFIGS[0]
+    q, k = torch.randn(1, 4, 8, 16), torch.randn(1, 3, 8, 16)
+    with pytest.raises(ValueError, match="multiple"):
+        forward(q, k, k, None, False, 0.25, config)
+    with pytest.raises(ValueError, match="go together"):
+        forward(q, torch.randn(1, 2, 8, 32), torch.randn(1, 2, 8, 16), None, False, 0.25, config)
+    with pytest.raises(ValueError, match="share"):
+        forward(q, torch.randn(1, 2, 8, 16).half(), torch.randn(1, 2, 8, 16), None, False, 0.25, config)
+    with pytest.raises(ValueError, match="broadcast"):
+        forward(q, q, q, torch.randn(1, 1, 8, 7), False, 0.25, config)
+    with pytest.raises(ValueError, match="bool or floating"):
+        forward(q, q, q, torch.ones(1, 1, 8, 8, dtype=torch.int32), False, 0.25, config)
