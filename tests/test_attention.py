@@ -236,3 +236,23 @@ def test_a_decomposed_attention_is_found_and_its_zero_mask_dropped():
 def test_a_learned_bias_is_passed_on_at_inference_and_left_to_torch_in_training():
     assert compiled_against_eager("t5_bias", train=False)["attention_rewritten"] == 1
     assert not compiled_against_eager("t5_bias", train=True).get("attention_rewritten")
+
+
+def test_only_masks_of_shapes_and_constants_are_evaluated():
+    """A buffer or parameter can change between steps and a random draw between calls: such a
+    mask is never evaluated (never dropped), whatever its value when compiling."""
+    import operator
+
+    root = nn.Module()
+    root.register_buffer("zeros", torch.zeros(4, 4))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    shapes = graph.call_function(operator.gt, (graph.call_function(torch.ones, (4, 4)), 0))
+    buffer = graph.call_function(operator.add, (graph.get_attr("zeros"), 0))
+    random = graph.call_function(operator.gt, (graph.call_function(torch.rand, (4, 4)), 2))
+    of_input = graph.call_method("new_ones", (x, (4, 4)))
+    graph.output((shapes, buffer, random, of_input))
+    gm = torch.fx.GraphModule(root, graph)
+    assert bool(graph_attention.constant(shapes, gm).all())
+    for node in (buffer, random, of_input):
+        assert graph_attention.constant(node, gm) is None, node

@@ -214,13 +214,51 @@ def find(gm: fx.GraphModule) -> list[Site]:
 # --- masks computed from shapes alone ---
 
 
-def _inputs_of(node: fx.Node) -> list[fx.Node]:
-    return [n for n in node.all_input_nodes]
+#: calls whose value is not a function of their arguments alone (random draws), never evaluated
+_RANDOM = frozenset(
+    [
+        "rand",
+        "randn",
+        "randint",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "randperm",
+        "bernoulli",
+        "multinomial",
+        "normal",
+        "poisson",
+        "dropout",
+    ]
+)
+
+
+def _evaluable(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """A constant, or a call that computes its value from its arguments alone: not a graph input,
+    parameter or buffer (each can change between steps), not a random draw, not an in-place update."""
+    if node.op == "get_attr":  # a GraphModule keeps a tensor constant as a buffer too: kept, never wrong
+        return not _is_state(gm, str(node.target))
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    in_place = (name.endswith("_") and not name.endswith("__")) or name in ("iadd", "setitem", "__setitem__")
+    return name not in _RANDOM and not in_place
+
+
+def _is_state(gm: fx.GraphModule, target: str) -> bool:
+    for get in (gm.get_parameter, gm.get_buffer):
+        try:
+            get(target)
+            return True
+        except AttributeError:
+            continue
+    return False
 
 
 def constant(node: fx.Node, gm: fx.GraphModule) -> Any:
-    """The value of ``node`` when it depends on no graph input (shapes and constants alone),
-    computed now; None when it does, or cannot be computed here (symbolic sizes)."""
+    """The value of ``node`` when it depends on no graph input, parameter or buffer (shapes and
+    constants alone), computed now; None when it does, or cannot be computed here (symbolic
+    sizes, random draws, in-place updates)."""
     order: list[fx.Node] = []
     seen: set[fx.Node] = set()
     stack = [node]
@@ -229,10 +267,10 @@ def constant(node: fx.Node, gm: fx.GraphModule) -> Any:
         if n in seen:
             continue
         seen.add(n)
-        if n.op == "placeholder" or n.op not in ("call_function", "call_method", "get_attr"):
+        if not _evaluable(n, gm):
             return None
         order.append(n)
-        stack.extend(_inputs_of(n))
+        stack.extend(n.all_input_nodes)
     values: dict[fx.Node, Any] = {}
     try:
         with unset_fake_temporarily(), torch.no_grad():
@@ -309,11 +347,9 @@ def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options) -> int:
     mask, causal = site.mask, site.is_causal
     if isinstance(mask, fx.Node):
         value = constant(mask, gm)
-        kind = (
-            "other"
-            if value is None
-            else mask_kind(value.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2]), q.shape[2], k.shape[2])
-        )
+        kind = "other"
+        if isinstance(value, torch.Tensor) and value.dim() <= 4:
+            kind = mask_kind(value.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2]), q.shape[2], k.shape[2])
         if kind == "none":
             mask = None
             bump("attention_mask_dropped")
