@@ -3,8 +3,8 @@
 # wheels carried in .whl/), then runs benchmarks/models.py on every GPU at once, a group of models
 # each, on its share of the CPU cores (a model's rows all on one GPU), and merges the rows into
 # $OUT/models.json with its chart (commit them as benchmarks/results/models_<device>.json and .png).
-# Groups: on four GPUs or more gpt2 | mlp_decode,llama | bert | resnet50; on two gpt2,mlp_decode,llama
-# | bert,resnet50; on one, all. resnet50's max-autotune rows run last in their group (its compile
+# Groups: on four GPUs or more gpt2,t5 | mlp_decode,llama,bert | bert_train | resnet50; on two
+# gpt2,mlp_decode,llama,t5 | bert,bert_train,resnet50; on one, all. resnet50's max-autotune rows run last in their group (its compile
 # took over 200 s when the issue was filed). Rows are written as they finish, so a run stopped
 # early keeps what it measured. About 22 minutes on an H100 pair, about 11 on four.
 #   bash benchmarks/models_gpu.sh            # or: setsid bash benchmarks/models_gpu.sh > log 2>&1 &
@@ -25,9 +25,9 @@ WORK=${WORK:-/tmp/models}
 KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD:-$WORK/cold}
 mkdir -p "$WORK" "$KERNELS" "$COLD"
 N=$(python3 -c 'import torch; print(torch.cuda.device_count())')
-if [ "$N" -ge 4 ]; then DEFAULT="gpt2;mlp_decode,llama;bert;resnet50"
-elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama;bert,resnet50"
-else DEFAULT="gpt2,mlp_decode,llama,bert,resnet50"; fi
+if [ "$N" -ge 4 ]; then DEFAULT="gpt2,t5;mlp_decode,llama,bert;bert_train;resnet50"
+elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama,t5;bert,bert_train,resnet50"
+else DEFAULT="gpt2,mlp_decode,llama,bert,bert_train,t5,resnet50"; fi
 IFS=';' read -ra GROUP <<< "${MODEL_GROUPS:-$DEFAULT}"
 PER=$(($(nproc) / ${#GROUP[@]}))
 ORDER=${VARIANTS:-tunesmith,max_autotune,reduce_overhead,tunesmith_aten_only,tunesmith_default,inductor,eager,max_autotune_nocg}
