@@ -256,3 +256,10 @@ def test_only_masks_of_shapes_and_constants_are_evaluated():
     assert bool(graph_attention.constant(shapes, gm).all())
     for node in (buffer, random, of_input):
         assert graph_attention.constant(node, gm) is None, node
+
+
+def test_through_inductor_the_tuned_attention_trains_like_eager(monkeypatch):
+    """The default graph compiler: Inductor traces the chosen kernel, forward and backward."""
+    monkeypatch.setenv("TUNESMITH_GRAPH_COMPILER", "inductor")
+    counts = compiled_against_eager("causal")
+    assert counts["attention_mask_causal"] == 1 and counts["attention_rewritten"] == 1
