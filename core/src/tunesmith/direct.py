@@ -26,13 +26,15 @@ def tune(
 ) -> Selection:
     """Pick the fastest kernel for ``op`` on tensors like these.
 
-    :param op: mm, addmm, bmm, baddbmm, mm_plus_mm or conv (conv2d).
+    :param op: mm, addmm, bmm, baddbmm, mm_plus_mm, conv (conv2d) or attention.
     :param tensors: in the torch op's order (addmm: bias, mat1, mat2; mm_plus_mm: a, b, c, d;
-        conv: input, weight[, bias]).
+        conv: input, weight[, bias]; attention: query, key, value).
     :param epilogue: pointwise steps after the op, e.g. ``["relu", ("add", t), ("mul", 0.5),
         ("cast", torch.float16)]``.
     :param options: per-call settings, over every other layer.
-    :param scalars: alpha and beta (addmm, baddbmm); stride, padding, dilation, groups (conv).
+    :param scalars: alpha and beta (addmm, baddbmm); stride, padding, dilation, groups (conv);
+        attn_mask, is_causal, scale (attention, as ``F.scaled_dot_product_attention``) and grad
+        (a training problem: forward and backward; by default, whether q, k or v requires grad).
     :raises ProblemError: the tensors do not form a valid problem.
     :raises NoValidChoicesError: no backend gave a choice that ran.
     """

@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from tunesmith.attention import OP
 from tunesmith.config import Options
 from tunesmith.counting import bump
-from tunesmith.errors import ProblemError
+from tunesmith.errors import NoValidChoicesError, ProblemError
 from tunesmith.problem import build_problem, is_empty, tensor_like, tensor_meta
 from tunesmith.selection import select
 
@@ -331,6 +331,8 @@ def rewrite(gm: fx.GraphModule, options: Options) -> int:
             done += _rewrite_site(gm, site, options)
         except ProblemError as exc:
             log.debug("attention at %s left to torch: %s", site.output.name, exc)
+        except NoValidChoicesError as exc:  # the graph still compiles, with torch's own attention
+            log.warning("tunesmith: attention at %s left to torch: %s", site.output.name, exc)
     if done:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
