@@ -92,6 +92,12 @@ class TensorMeta:
     def numel(self) -> int:
         return math.prod(self.shape)
 
+    def keyed(self) -> TensorMeta:
+        """This layout as keys see it: a dimension of size 1 has stride 0, since any stride of it
+        addresses the same elements (its stride varies between processes for the same tensor)."""
+        stride = tuple(0 if size == 1 else st for size, st in zip(self.shape, self.stride, strict=True))
+        return attrs.evolve(self, stride=stride)
+
     @classmethod
     def contiguous(cls, shape: Sequence[int], dtype: str, device: str = "cpu") -> TensorMeta:
         """The row-major layout of ``shape``."""
@@ -160,10 +166,12 @@ class Problem:
         return self.output.device
 
     def key(self) -> str:
-        """A stable hex digest of this Problem: the same in every process and on every machine."""
+        """A stable hex digest of this Problem: the same in every process and on every machine, and
+        for layouts that differ only in the strides of size-1 dimensions (:meth:`TensorMeta.keyed`)."""
         from tunesmith_hookspecs.serde import to_json
 
-        return hashlib.sha256(to_json(self).encode()).hexdigest()
+        keyed = attrs.evolve(self, inputs=[m.keyed() for m in self.inputs], output=self.output.keyed())
+        return hashlib.sha256(to_json(keyed).encode()).hexdigest()
 
 
 @attrs.frozen

@@ -41,8 +41,12 @@ class Unkeyable(Exception):
 
 
 def _layout(value: Any) -> Any:
+    """A value's layout as the key sees it: a size-1 dimension's stride (arbitrary, and different
+    between processes for the same tensor) is left out."""
     if isinstance(value, torch.Tensor):
-        return ["tensor", [str(s) for s in value.shape], [str(s) for s in value.stride()], str(value.dtype)]
+        pairs = zip(value.shape, value.stride(), strict=True)
+        strides = ["*" if isinstance(size, int) and size == 1 else str(st) for size, st in pairs]  # no guard
+        return ["tensor", [str(s) for s in value.shape], strides, str(value.dtype)]
     if isinstance(value, list | tuple):
         return [_layout(v) for v in value]
     return str(value) if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool) else None
