@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import servers
 import torch
 from servers import KINDS, Server, layer_name
 
@@ -34,6 +35,15 @@ FIXTURE_PLUGINS = TESTS / "fixture_plugins"
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a process per core, at most 4 (each test may start servers, workers and compilers)."""
     return max(1, min(4, os.cpu_count() or 1))
+
+
+@pytest.fixture(autouse=True)
+def no_server_outlives_its_test() -> Iterator[None]:
+    """Stops every server that the test (or a helper that failed halfway) started and left running."""
+    before = servers.running()
+    yield
+    for server in servers.running() - before:
+        server.stop()
 
 
 @pytest.fixture

@@ -1,7 +1,11 @@
 """Real redis-server and memcached processes on loopback ports, for the remote-cache tests.
 
-Both come from Debian's packages (``.ci/run`` installs them). Each server gets a free port and
-keeps it across ``stop()`` and ``start()``, so a test can kill and restart it under a client.
+Both come from Debian's packages (``scripts/dev-install`` installs them as root on Debian or
+Ubuntu, else says what to run). Each server gets a free port and keeps it across ``stop()`` and
+``start()``, so a test can kill and restart it under a client. A missing program fails the test
+at once with one line naming its package; a server that does not come up is killed, not left
+behind, and ``running()`` lists every server started and not stopped, so that a fixture can stop
+what a test left running.
 """
 
 from __future__ import annotations
@@ -15,6 +19,24 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
+#: the servers started and not stopped yet
+_RUNNING: set[Server] = set()
+
+
+def running() -> set[Server]:
+    """Every server started (by any test or helper) and not stopped since."""
+    return set(_RUNNING)
+
+
+def missing(program: str, package: str) -> str:
+    """The one line that a test needing ``program`` fails with where it is not on PATH."""
+    return (
+        f"{program} is not installed (not on PATH): install the package {package} "
+        f"(apt-get install -y {package}, which scripts/dev-install runs as root on Debian or Ubuntu)"
+    )
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -26,13 +48,13 @@ class Server:
     """One server process; ``url`` and ``setting`` say how tunesmith reaches it."""
 
     program = ""
+    #: the Debian (and Ubuntu) package that installs ``program``
+    package = ""
     setting = ""
 
     def __init__(self, workdir: Path) -> None:
         if shutil.which(self.program) is None:
-            raise RuntimeError(
-                f"{self.program} is not installed: apt-get install -y redis-server memcached (what .ci/run does)"
-            )
+            pytest.fail(missing(self.program, self.package), pytrace=False)
         self.workdir = workdir
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -45,9 +67,13 @@ class Server:
         raise NotImplementedError
 
     def start(self) -> Server:
+        """Start the server and wait until it takes connections; one that does not within 10 s
+        is killed, and the error quotes its log."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.workdir / f"{self.program}.log", "ab")  # noqa: SIM115 - the server owns it
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, cwd=self.workdir)
+        log = self.workdir / f"{self.program}.log"
+        with log.open("ab") as out:  # the server has its own copy of the descriptor
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out, cwd=self.workdir)
+        _RUNNING.add(self)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -57,7 +83,9 @@ class Server:
                 if self.proc.poll() is not None:
                     break
                 time.sleep(0.02)
-        raise RuntimeError(f"{self.program} did not start on port {self.port}: see {self.workdir}")
+        self.stop()
+        said = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"{self.program} did not start on port {self.port}: {' | '.join(said) or 'no output'}")
 
     def stop(self) -> None:
         """Kill the server at once (SIGKILL: no goodbye to the clients)."""
@@ -65,10 +93,12 @@ class Server:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self.proc = None
+        _RUNNING.discard(self)
 
 
 class Redis(Server):
     program = "redis-server"
+    package = "redis-server"
     setting = "redis_url"
 
     def command(self) -> list[str]:
@@ -85,6 +115,7 @@ class Redis(Server):
 
 class Memcached(Server):
     program = "memcached"
+    package = "memcached"
     setting = "memcache_servers"
 
     def command(self) -> list[str]:

@@ -186,7 +186,12 @@ def test_ctrl_c_at_random_moments_exits_130_at_once_with_whole_entries_and_no_or
         assert helpers > 0 or not tuning
     marker = uuid.uuid4().hex
     proc = start(problem_set, cache, fixture_sites["bench"], marker)
-    _, stderr = proc.communicate(timeout=300)
+    try:
+        _, stderr = proc.communicate(timeout=300)
+    except BaseException:  # a run past its time (or the test's): nothing of it outlives the test
+        os.killpg(proc.pid, signal.SIGKILL)
+        kill_leftovers(marker)
+        raise
     assert proc.returncode == 0, stderr[-2000:]
     assert check_entries(cache) == PROBLEMS and not marked(marker)
 

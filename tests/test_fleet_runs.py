@@ -13,12 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from servers import KINDS, free_port, layer_name
+from servers import KINDS, Redis, Server, free_port, layer_name
 
 from conftest import run_env
 
@@ -55,6 +58,21 @@ def one_process_s(problem_set: Path, fixture_sites: dict[str, Path], tmp_path_fa
         return json.loads(shared.read_text())
 
 
+@pytest.fixture
+def fleet(problem_set: Path, fixture_sites: dict[str, Path], tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    """``fleet(engine, lock_ttl_s=...)``: a started fleet of ``PROCESSES`` workers in the test's
+    folder; whatever it still holds when the test ends (workers, server, turn) is given back."""
+    started: list[Fleet] = []
+
+    def start(engine: str, **kwargs: Any) -> Fleet:
+        started.append(Fleet(tmp_path, problem_set, fixture_sites["bench"], engine, PROCESSES, **kwargs))
+        return started[-1]
+
+    yield start
+    for run in started:
+        run.release()
+
+
 def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder of this test session that every pytest-xdist worker shares."""
     base = tmp_path_factory.getbasetemp()
@@ -78,13 +96,23 @@ class Fleet:
     ) -> None:
         # root is a folder of this worker's base temp; the turns are taken across every worker
         shared = root.parent.parent if os.environ.get("PYTEST_XDIST_WORKER") else root.parent
-        self.turn = (turn or shared / "fleet-turn.lock").open("w")
-        fcntl.flock(self.turn, fcntl.LOCK_EX)
         self.root, self.engine, self.log = root, engine, root / "tunings.log"
         self.start_file, self.end_file = root / "start", root / "end"
+        self.server: Server | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.turn = (turn or shared / "fleet-turn.lock").open("w")
+        try:  # whatever fails from here on gives back the turn, the server and the workers
+            fcntl.flock(self.turn, fcntl.LOCK_EX)
+            root.mkdir(parents=True, exist_ok=True)
+            self._start(problem_set, site, processes, lock_ttl_s)
+        except BaseException:
+            self.release()
+            raise
+
+    def _start(self, problem_set: Path, site: Path, processes: int, lock_ttl_s: float) -> None:
+        root, engine = self.root, self.engine
         self.server = KINDS[engine](root / "server").start() if engine in KINDS else None
         gloo = f"tcp://127.0.0.1:{free_port()}" if engine == "gloo" else None
-        self.procs: list[subprocess.Popen[bytes]] = []
         for rank in range(processes):
             env = run_env(
                 PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
@@ -115,15 +143,23 @@ class Fleet:
             time.sleep(0.05)
         self.start_file.touch()
 
+    def release(self) -> None:
+        """Kill the workers still running, stop the server and give back the turn (idempotent)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+        if self.server is not None:
+            self.server.stop()
+        self.turn.close()
+
     def abort(self, why: str) -> None:
         """Stop every worker, the server and the turn, and fail with the workers' last words (read
         only once all have ended: a live worker's pipe has no end to read to)."""
         for proc in self.procs:
             proc.kill()
         said = [proc.communicate()[1].decode()[-2000:] for proc in self.procs]
-        if self.server is not None:
-            self.server.stop()
-        self.turn.close()
+        self.release()
         raise AssertionError(f"{why}: {said}")
 
     def events(self) -> Counter[tuple[int, str, str]]:
@@ -177,22 +213,15 @@ class Fleet:
             for proc in self.procs:
                 proc.wait(timeout=60)
         finally:
-            for proc in self.procs:
-                if proc.poll() is None:
-                    proc.kill()
-            if self.server is not None:
-                self.server.stop()
-            self.turn.close()
+            self.release()
         assert all(o["code"] == 0 for o in outs), outs
         wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
         return {"wall_s": wall, "tunings": self.tunings(), "outs": outs}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_eight_processes_tune_each_problem_once_in_a_fifth_of_the_time(
-    engine, problem_set, fixture_sites, one_process_s, tmp_path
-):
-    outcome = Fleet(tmp_path, problem_set, fixture_sites["bench"], engine, PROCESSES).finish()
+def test_eight_processes_tune_each_problem_once_in_a_fifth_of_the_time(engine, fleet, one_process_s):
+    outcome = fleet(engine).finish()
     tunings = outcome["tunings"]
     assert len(tunings) == PROBLEMS and all(len(pids) == 1 for pids in tunings.values()), tunings
     counters = [o["counters"] for o in outcome["outs"]]
@@ -202,10 +231,8 @@ def test_eight_processes_tune_each_problem_once_in_a_fifth_of_the_time(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_process_killed_halfway_loses_nothing_and_only_its_problem_is_tuned_again(
-    engine, problem_set, fixture_sites, tmp_path
-):
-    run = Fleet(tmp_path, problem_set, fixture_sites["bench"], engine, PROCESSES, lock_ttl_s=LOCK_TTL_S)
+def test_a_process_killed_halfway_loses_nothing_and_only_its_problem_is_tuned_again(engine, fleet):
+    run = fleet(engine, lock_ttl_s=LOCK_TTL_S)
     victim, in_flight = run.kill_halfway(rank=PROCESSES - 1)  # not rank 0: it serves the gloo job's store
     outcome = run.finish()
     tunings = outcome["tunings"]
@@ -214,3 +241,30 @@ def test_a_process_killed_halfway_loses_nothing_and_only_its_problem_is_tuned_ag
     assert victim not in survivors
     assert len(tunings[in_flight]) == 1 and tunings[in_flight][0] in survivors  # taken over, once
     assert all(len(pids) == 1 for pids in tunings.values()), tunings  # nothing else tuned twice
+
+
+class NotInstalled(Redis):
+    program = "tunesmith-test-no-such-server"
+
+
+def test_a_fleet_whose_setup_fails_after_taking_the_turn_gives_it_back(tmp_path, problem_set, monkeypatch):
+    """The server cannot start (here: not installed) once the turn is taken: the setup fails at
+    once, naming the package, and the next fleet setup of this process gets the turn (it waited
+    for ever on the file lock that the failed one still held)."""
+    monkeypatch.setitem(KINDS, "redis", NotInstalled)
+    turn = tmp_path / "turn.lock"
+    # the failure is kept (its traceback holds the failed setup's frames), as pytest keeps a failed test's
+    with pytest.raises(
+        pytest.fail.Exception, match=r"not installed \(not on PATH\): install the package redis-server"
+    ) as failed:
+        Fleet(tmp_path / "first" / "run", problem_set, tmp_path, "redis", PROCESSES, turn=turn)
+    started: list[Fleet] = []
+    setup = threading.Thread(  # in a thread: a turn still held fails this test instead of hanging it
+        target=lambda: started.append(Fleet(tmp_path / "second" / "run", problem_set, tmp_path, "local", 0, turn=turn)),
+        daemon=True,
+    )
+    setup.start()
+    setup.join(30)
+    assert started, "the next fleet setup is still waiting for the turn that the failed one took"
+    started[0].release()
+    assert failed.traceback  # kept alive to here

@@ -14,11 +14,12 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from servers import Memcached, Server, layer_name
+from servers import Memcached, Redis, Server, layer_name, missing
 from test_conformance import conformance, outcomes
 
 import tunesmith
@@ -49,6 +50,20 @@ def check(selection: tunesmith.Selection, *inputs: torch.Tensor) -> None:
 
 def mm_inputs(m: int = 33, k: int = 20, n: int = 17) -> tuple[torch.Tensor, torch.Tensor]:
     return rand(m, k), rand(k, n)
+
+
+# --- the servers the tests start ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [Redis, Memcached])
+def test_a_missing_server_fails_its_test_at_once_with_one_line_naming_the_package(kind, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither program is there
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        kind(tmp_path / "server")
+    assert time.monotonic() - start < 1 and not failed.value.pytrace
+    assert str(failed.value) == missing(kind.program, kind.package)
+    assert "\n" not in str(failed.value) and f"apt-get install -y {kind.package}" in str(failed.value)
 
 
 # --- configuration -------------------------------------------------------------------------
@@ -312,19 +327,32 @@ print(json.dumps({"source": selection.report.source, "error": err, "counters": d
 """
 
 
-def start_tuners(count: int, barrier: Path, slow_s: float) -> list[subprocess.Popen[str]]:
-    barrier.mkdir(exist_ok=True)
-    env = run_env(SLOW_S=str(slow_s))
-    return [
-        subprocess.Popen(
-            [sys.executable, "-c", TUNER, str(barrier)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for _ in range(count)
-    ]
+@pytest.fixture
+def start_tuners() -> Iterator[Callable[[int, Path, float], list[subprocess.Popen[str]]]]:
+    """``start_tuners(count, barrier, slow_s)``: processes that tune one mm at the barrier's "go";
+    those still running when the test ends (it failed halfway) are killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(count: int, barrier: Path, slow_s: float) -> list[subprocess.Popen[str]]:
+        barrier.mkdir(exist_ok=True)
+        env = run_env(SLOW_S=str(slow_s))
+        for _ in range(count):
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", TUNER, str(barrier)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
+        return started[-count:]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 def wait_for(barrier: Path, pattern: str, count: int, procs: list[subprocess.Popen[str]]) -> None:
@@ -344,7 +372,7 @@ def results(procs: list[subprocess.Popen[str]]) -> list[dict]:
     return found
 
 
-def test_eight_processes_on_one_cold_problem_tune_it_once(remote, tmp_path):
+def test_eight_processes_on_one_cold_problem_tune_it_once(remote, tmp_path, start_tuners):
     barrier = tmp_path / "barrier"
     procs = start_tuners(8, barrier, slow_s=1.5)
     wait_for(barrier, "ready-*", 8, procs)
@@ -358,7 +386,7 @@ def test_eight_processes_on_one_cold_problem_tune_it_once(remote, tmp_path):
     assert all(r["error"] < 1e-5 for r in found)
 
 
-def test_killing_the_lock_holder_lets_another_process_finish(remote, monkeypatch, tmp_path):
+def test_killing_the_lock_holder_lets_another_process_finish(remote, monkeypatch, tmp_path, start_tuners):
     monkeypatch.setenv("TUNESMITH_CACHE_LOCK_TTL_S", "1.5")
     barrier = tmp_path / "barrier"
     (barrier).mkdir()
