@@ -547,3 +547,34 @@ def test_compile_options_reach_a_graph_that_inductor_serves_from_its_cache(tmp_p
     for run in ("first", "second"):
         subprocess.run([sys.executable, "-c", script, str(tmp_path / run)], env=env, check=True, timeout=300)
         assert list((tmp_path / run).glob("entries/*/*.json")), f"the {run} process did not use its cache_dir"
+
+
+WARM_START = (  # one function, forward and backward, with the default graph compiler (Inductor)
+    "import json, torch, tunesmith\n"
+    "a = torch.randn(8, 4, requires_grad=True)\n"
+    "torch.compile(lambda a, b: torch.relu(a @ b) * 2, backend='tunesmith')(a, torch.randn(4, 6)).sum().backward()\n"
+    "print(json.dumps(dict(tunesmith.counters)))\n"
+)
+
+
+def test_a_warm_start_that_inductors_cache_serves_is_counted_and_reported(tmp_path, capsys):
+    """Two processes share Inductor's cache folder and tunesmith's: in the second, Inductor's own
+    caches serve both graphs and no tunesmith stage runs, yet each counts as a compiled-graph hit,
+    and ``tunesmith report`` (a third process, in effect) says that the warm start happened."""
+    from tunesmith.cli import main
+
+    env = run_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), TUNESMITH_GRAPH_COMPILER="inductor")
+    counts = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", WARM_START], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        counts.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    cold, warm = counts
+    assert cold["compiled_graph_cache_miss"] == 2 and cold["autotune_tuned"] == 2, cold
+    assert "compiled_graph_cache_hit" not in cold and "compiled_graph_inductor_hit" not in cold, cold
+    assert warm == {"compiled_graph_cache_hit": 2, "compiled_graph_inductor_hit": 2}, warm  # and nothing tuned
+    assert main(["report"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "compiled graphs: 2 compiled cold, 2 served warm from a cache (2 of them by Inductor's own cache" in said
+    assert main(["cache", "clear"]) == 0 and main(["report"]) == 0
+    assert "compiled graphs" not in capsys.readouterr().out  # cleared with the entries

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tunesmith
+from tunesmith.cache import tally
 from tunesmith.cache.entry import encode
 from tunesmith.cache.local import LocalDiskCache
 from tunesmith.cli import main
@@ -199,3 +200,31 @@ def test_an_empty_cache_reports_nothing(capsys):
     assert report_json(capsys) == []
     assert main(["report"]) == 0
     assert "nothing tuned yet" in capsys.readouterr().out
+
+
+# --- the compiled graphs' counts (tally.json) ----------------------------------------------------
+
+
+def test_the_compiled_graph_counts_add_up_across_writers_and_a_bad_file_reads_as_none(isolated, capsys):
+    root = isolated / "cache"
+    for _ in range(3):
+        tally.add(root, {"compiled_graph_cache_miss": 1})
+    tally.add(root, {"compiled_graph_cache_hit": 2, "compiled_graph_inductor_hit": 1, "autotune_tuned": 5})
+    kept = {"compiled_graph_cache_miss": 3, "compiled_graph_cache_hit": 2, "compiled_graph_inductor_hit": 1}
+    assert tally.read(root) == kept
+    assert json.loads((root / "tally.json").read_text()) == tally.read(root)  # nothing else is kept
+    assert main(["report", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == []  # the JSON rows stay a list: the line goes to stderr
+    assert "compiled graphs: 3 compiled cold, 2 served warm from a cache (1 of them by Inductor's" in captured.err
+    for bad in (b"[" * 5000, b"not json", b'{"compiled_graph_cache_hit": -4}', b"7" * 10_000):
+        (root / "tally.json").write_bytes(bad)
+        assert tally.read(root) == dict.fromkeys(tally.KEPT, 0)
+    tally.add(root, {"compiled_graph_cache_hit": 1})  # starts again from nothing
+    assert tally.read(root)["compiled_graph_cache_hit"] == 1
+
+
+def test_a_folder_that_cannot_hold_the_counts_never_fails_a_compile(tmp_path):
+    (tmp_path / "file").write_text("")
+    tally.add(tmp_path / "file" / "cache", {"compiled_graph_cache_hit": 1})  # a file where the folder goes
+    tally.add(None, {"compiled_graph_cache_hit": 1})  # no local layer: nothing kept

@@ -100,6 +100,9 @@ class LocalDiskCache:
             raise NotCleared(removed, len(failed), failed[0])
         shutil.rmtree(self.entries, ignore_errors=True)  # the emptied folders
         FileLocks(self.root).clear()  # the single-flight lock files nobody holds
+        from tunesmith.cache import tally  # (it reads this module)
+
+        tally.clear(self.root)  # the compiled-graph counts of tunesmith report
         return removed
 
 

@@ -17,6 +17,7 @@ from tunesmith.cli.console import err, num, out
 def run(args: argparse.Namespace) -> int:
     """Read the local cache's autotune entries and show each against ATen and the roofline."""
     import tunesmith
+    from tunesmith.cache import tally
     from tunesmith.cache.local import LocalDiskCache
     from tunesmith.cost import report
 
@@ -30,11 +31,27 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_json(rows), indent=1))
     else:
         _print_report(rows, layer.root)
+    graphs = compiled_graphs(tally.read(layer.root))
+    if graphs:
+        (err if args.json else out).print(graphs)
     if args.plot:
         err.print(f"wrote the chart to {args.plot}")
     if entries.skipped:
         err.print(f"[yellow]skipped {len(entries.skipped)} invalid entries[/] (run with -v to see why)")
     return 0
+
+
+def compiled_graphs(counts: dict[str, int]) -> str | None:
+    """The line on the compiled graphs of every process that used this cache folder (None if none):
+    a warm start that Inductor's own cache served ran no tunesmith stage, and is told of here."""
+    cold, warm = counts["compiled_graph_cache_miss"], counts["compiled_graph_cache_hit"]
+    if not cold and not warm:
+        return None
+    inductor = counts["compiled_graph_inductor_hit"]
+    return (
+        f"compiled graphs: {cold} compiled cold, {warm} served warm from a cache "
+        f"({inductor} of them by Inductor's own cache, a warm start that runs no tunesmith stage)"
+    )
 
 
 def _report_profiles(device: str | None, settings: Any) -> Any:

@@ -129,14 +129,18 @@ def _tune_model(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"backends": args.backends} if args.backends is not None else {}
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} problems"))
     progress = Progress(*columns, TimeElapsedColumn(), console=err, transient=True)
+    served = tunesmith.counters["compiled_graph_inductor_hit"]
     with tunesmith.options(**overrides), progress:
         task = progress.add_task(f"compiling and tuning {Path(args.file).name}", total=None)
         reports = modelscript.tune(script, lambda report: progress.advance(task))
+    served = tunesmith.counters["compiled_graph_inductor_hit"] - served
     rows = [modelscript.row(r, f"#{i + 1}") for i, r in enumerate(reports)]
     if args.only:
         rows = [r for r in rows if r["name"] in args.only]
     _print_results(rows)
-    if not rows:
+    if served:
+        out.print(f"a warm start: Inductor's cache served {served} of the model's compiled graphs, as they were")
+    if not rows and not served:
         out.print("no GEMM-family problem was found in the model")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -5,6 +5,12 @@ and with ``cudagraphs`` its own CUDA graphs (``triton.cudagraphs``).
 The passes are Inductor ``CustomGraphPass`` objects whose uuid covers the settings, the user's
 passes and the plugins' versions, so Inductor's own FX graph cache keys on them; a graph it serves from that
 cache still calls ``tunesmith::gemm``, whose kernels then come from tunesmith's caches.
+
+A graph served so (a warm start: by Inductor's FX graph cache, or by AOTAutograd's cache, which
+loads its graphs from the former) runs no tunesmith stage, so it is counted here instead: each one
+is a ``compiled_graph_cache_hit`` and a ``compiled_graph_inductor_hit``, told apart from the graphs
+that tunesmith's stage saw by Inductor's own counters, read around each compile (the whole compile,
+and each graph's, which for a backward may come at its first call).
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from typing import Any
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from tunesmith import hooks
+from tunesmith.cache import tally
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import result_settings
 from tunesmith.compile.stages import all_passes, post_grad, run_passes
 from tunesmith.config import Options
+from tunesmith.counting import bump
 from tunesmith.passes import pass_uuid
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import SPEC_VERSION
@@ -39,8 +48,46 @@ class _Stage(CustomGraphPass):
         return self._ident
 
 
+class _Served:
+    """Counts the graphs that Inductor's caches serve during the compiles it wraps (``watch``)."""
+
+    def __init__(self, settings: Options) -> None:
+        self.settings = settings
+        self.counted = 0
+
+    @staticmethod
+    def _hits() -> tuple[int, int]:
+        from torch._dynamo.utils import counters
+
+        return counters["inductor"]["fxgraph_cache_hit"], counters["aot_autograd"]["autograd_cache_hit"]
+
+    def watch(self, compile_graphs: Callable[..., Any]) -> Callable[..., Any]:
+        """``compile_graphs`` counting the graphs served from Inductor's caches while it ran (less
+        those that a ``watch`` inside it counted already)."""
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            (graphs, entries), counted = self._hits(), self.counted
+            result = compile_graphs(*args, **kwargs)
+            after = self._hits()
+            # an AOTAutograd entry loads each of its graphs from the FX graph cache, unless it
+            # bundles them (torch._functorch.config.bundled_autograd_cache): then one a hit
+            served = (after[0] - graphs) or (after[1] - entries)
+            new = served - (self.counted - counted)
+            if new > 0:
+                self.counted += new
+                bump("compiled_graph_cache_hit", new)
+                bump("compiled_graph_inductor_hit", new)
+                tally.add(
+                    tally.local_root(hooks.cache_layers(self.settings)),
+                    {"compiled_graph_cache_hit": new, "compiled_graph_inductor_hit": new},
+                )
+            return result
+
+        return watched
+
+
 def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options) -> Any:
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     dispatch.options_id(settings)  # known here even when Inductor serves the graph from its cache
     system = get_system()
@@ -67,4 +114,7 @@ def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], set
         "post_grad_custom_pre_pass": _Stage(lowering, f"{ident}-post-grad"),
         "triton.cudagraphs": settings.cudagraphs,
     }
-    return compile_fx(gm, example_inputs, config_patches=patches)
+    served = _Served(settings)
+    return served.watch(compile_fx)(
+        gm, example_inputs, inner_compile=served.watch(compile_fx_inner), config_patches=patches
+    )

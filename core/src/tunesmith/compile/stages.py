@@ -23,6 +23,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from tunesmith import hooks
+from tunesmith.cache import tally
 from tunesmith.cache.dist_store import NAME as JOB_LAYER
 from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
@@ -73,7 +74,8 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
     """The post-grad stage on ``gm`` (forward, backward or inference), in place."""
     run_passes("post_grad_pre", gm.graph, options)
     gm.recompile()
-    stack = CacheStack(hooks.cache_layers(options), "compiled_graph", options.cache_secret, options.cache_backoff_s)
+    layers = hooks.cache_layers(options)
+    stack = CacheStack(layers, "compiled_graph", options.cache_secret, options.cache_backoff_s)
     try:
         key: str | None = graph_key(gm, options, kind, all_passes(options))
     except Unkeyable as exc:
@@ -82,7 +84,9 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
         log.info("compiled-graph cache bypassed for this %s graph: it holds %s", kind, exc)
     found = stack.get(key, parse_plan) if key else None
     if key:
-        bump("compiled_graph_cache_hit" if found else "compiled_graph_cache_miss")
+        outcome = "compiled_graph_cache_hit" if found else "compiled_graph_cache_miss"
+        bump(outcome)
+        tally.add(tally.local_root(layers), {outcome: 1})  # for tunesmith report
     plan = found[0] if found else None
     if found and found[1] != JOB_LAYER:  # this process's own plan: its torch.distributed job's wins
         theirs = stack.publish(key, plan_payload(found[0]), parse_plan)
