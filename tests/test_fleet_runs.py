@@ -26,6 +26,8 @@ from servers import KINDS, Redis, Server, free_port, layer_name
 from conftest import run_env
 
 PROBLEMS, PROCESSES, CHOICES = 32, 8, 4
+#: the yardstick (one process alone) is timed on this many of the problems, and scaled
+ALONE = 8
 #: benchmark runs of a choice: one warm-up and three timed
 RUNS = 4
 WORKER = Path(__file__).with_name("fleet_worker.py")
@@ -46,15 +48,17 @@ def problem_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def one_process_s(problem_set: Path, fixture_sites: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> float:
     """The whole set's time in one process alone (no fleet), the runs' yardstick: measured once
-    per session, by whichever pytest-xdist worker needs it first."""
+    per session, by whichever pytest-xdist worker needs it first, on ``ALONE`` of the problems
+    and scaled to the set (every problem costs the same fixed second to tune)."""
     shared = _session_folder(tmp_path_factory) / "fleet-one-process.json"
     with (shared.parent / "fleet-one-process.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not shared.exists():
-            run = Fleet(tmp_path_factory.mktemp("alone"), problem_set, fixture_sites["bench"], "local", 1)
-            outcome = run.finish()
-            assert sum(len(t) for t in outcome["tunings"].values()) == PROBLEMS
-            shared.write_text(json.dumps(outcome["wall_s"]))
+            part = tmp_path_factory.mktemp("alone-set") / "set.json"
+            part.write_text(json.dumps({"cases": json.loads(problem_set.read_text())["cases"][:ALONE]}))
+            outcome = Fleet(tmp_path_factory.mktemp("alone"), part, fixture_sites["bench"], "local", 1).finish()
+            assert sum(len(t) for t in outcome["tunings"].values()) == ALONE
+            shared.write_text(json.dumps(outcome["wall_s"] * PROBLEMS / ALONE))
         return json.loads(shared.read_text())
 
 
@@ -148,7 +152,9 @@ class Fleet:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
-            proc.communicate()
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
         if self.server is not None:
             self.server.stop()
         self.turn.close()

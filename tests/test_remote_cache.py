@@ -352,7 +352,10 @@ def start_tuners() -> Iterator[Callable[[int, Path, float], list[subprocess.Pope
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def wait_for(barrier: Path, pattern: str, count: int, procs: list[subprocess.Popen[str]]) -> None:
