@@ -549,30 +549,43 @@ def test_compile_options_reach_a_graph_that_inductor_serves_from_its_cache(tmp_p
         assert list((tmp_path / run).glob("entries/*/*.json")), f"the {run} process did not use its cache_dir"
 
 
-WARM_START = (  # one function, forward and backward, with the default graph compiler (Inductor)
-    "import json, torch, tunesmith\n"
-    "a = torch.randn(8, 4, requires_grad=True)\n"
-    "torch.compile(lambda a, b: torch.relu(a @ b) * 2, backend='tunesmith')(a, torch.randn(4, 6)).sum().backward()\n"
+WARM_START = (  # tunesmith tune model.py in this process, then the counters as JSON
+    "import json, sys, tunesmith\n"
+    "from tunesmith.cli import main\n"
+    "assert main(['tune', sys.argv[1]]) == 0\n"
     "print(json.dumps(dict(tunesmith.counters)))\n"
+)
+WARM_MODEL = (  # one function, forward and backward, with the default graph compiler (Inductor)
+    "import torch\n"
+    "def model(a, b):\n"
+    "    return torch.relu(a @ b) * 2\n"
+    "example_inputs = lambda: (torch.randn(8, 4, requires_grad=True), torch.randn(4, 6))\n"
+    "train = True\n"
 )
 
 
 def test_a_warm_start_that_inductors_cache_serves_is_counted_and_reported(tmp_path, capsys):
     """Two processes share Inductor's cache folder and tunesmith's: in the second, Inductor's own
     caches serve both graphs and no tunesmith stage runs, yet each counts as a compiled-graph hit,
-    and ``tunesmith report`` (a third process, in effect) says that the warm start happened."""
+    ``tunesmith tune model.py`` says that Inductor served them, and ``tunesmith report`` (a third
+    process, in effect) says that the warm start happened."""
     from tunesmith.cli import main
 
+    (tmp_path / "model.py").write_text(WARM_MODEL)
     env = run_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), TUNESMITH_GRAPH_COMPILER="inductor")
-    counts = []
+    runs = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", WARM_START], env=env, capture_output=True, text=True, timeout=300)
+        argv = [sys.executable, "-c", WARM_START, str(tmp_path / "model.py")]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        counts.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    cold, warm = counts
+        runs.append((json.loads(proc.stdout.strip().splitlines()[-1]), " ".join(proc.stdout.split())))
+    (cold, cold_out), (warm, warm_out) = runs
     assert cold["compiled_graph_cache_miss"] == 2 and cold["autotune_tuned"] == 2, cold
     assert "compiled_graph_cache_hit" not in cold and "compiled_graph_inductor_hit" not in cold, cold
+    assert "tuned" in cold_out and "a warm start" not in cold_out
     assert warm == {"compiled_graph_cache_hit": 2, "compiled_graph_inductor_hit": 2}, warm  # and nothing tuned
+    assert "a warm start: Inductor's cache served 2 of the model's compiled graphs" in warm_out
+    assert "no GEMM-family problem" not in warm_out
     assert main(["report"]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "compiled graphs: 2 compiled cold, 2 served warm from a cache (2 of them by Inductor's own cache" in said
