@@ -33,8 +33,10 @@ FIXTURE_PLUGINS = TESTS / "fixture_plugins"
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: a process per core, at most 4 (each test may start servers, workers and compilers)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """``-n auto``: a process per core and one more, at most 4 (many tests wait on processes,
+    servers or sleeping backends, and a core would sit idle; each test may start servers, workers
+    and compilers of its own). See docs/decisions.md."""
+    return max(1, min(4, (os.cpu_count() or 1) + 1))
 
 
 @pytest.fixture(autouse=True)
