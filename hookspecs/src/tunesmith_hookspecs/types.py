@@ -170,7 +170,9 @@ class Problem:
         for layouts that differ only in the strides of size-1 dimensions (:meth:`TensorMeta.keyed`)."""
         from tunesmith_hookspecs.serde import to_json
 
-        keyed = attrs.evolve(self, inputs=[m.keyed() for m in self.inputs], output=self.output.keyed())
+        # mypy's attrs plugin reads a converter=tuple field's argument as an unsolved type variable
+        inputs = tuple(m.keyed() for m in self.inputs)
+        keyed = attrs.evolve(self, inputs=inputs, output=self.output.keyed())  # type: ignore[arg-type]
         return hashlib.sha256(to_json(keyed).encode()).hexdigest()
 
 
