@@ -186,7 +186,7 @@ def _triton_best(
 
     out: dict[str, Any] = {"row": {"triton_ms": None}, "worst": {}, "errors": {}}
     try:
-        choices = [c for c in hooks.choices(problem, current_options({"backends": ["triton"]}))[0]]
+        choices = hooks.choices(problem, current_options({"backends": ["triton"]}))[0]
     except Exception as exc:  # noqa: BLE001
         out["errors"]["triton"] = f"{type(exc).__name__}: {exc}"
         return out

@@ -31,14 +31,10 @@ DTYPES = ("float32", "float16", "bfloat16")
 BACKWARD_WORK = 2.5
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def build(tensors: Sequence[torch.Tensor], scalars: Mapping[str, Any]) -> tuple[Problem, list[torch.Tensor]]:
     """The Problem of ``F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal, scale)``;
     the mask may come as a fourth tensor or as ``attn_mask``."""
-    from tunesmith.problem import broadcasts_to, tensor_meta
+    from tunesmith.problem import broadcasts_to, dtype_name, tensor_meta  # (problem.py imports this module)
 
     unknown = sorted(set(scalars) - set(SCALARS))
     if unknown:
@@ -65,7 +61,7 @@ def build(tensors: Sequence[torch.Tensor], scalars: Mapping[str, Any]) -> tuple[
         raise ProblemError(
             f"attention: tensors are on different devices ({', '.join(sorted({str(t.device) for t in tensors}))})"
         )
-    dtypes = {_dtype_name(t.dtype) for t in (q, k, v)}
+    dtypes = {dtype_name(t.dtype) for t in (q, k, v)}
     if len(dtypes) > 1 or not dtypes <= set(DTYPES):
         raise ProblemError(
             f"attention: query, key and value must share one dtype of {', '.join(DTYPES)}, got {sorted(dtypes)}"
@@ -104,7 +100,7 @@ def build(tensors: Sequence[torch.Tensor], scalars: Mapping[str, Any]) -> tuple[
     grad = any(t.requires_grad for t in (q, k, v)) if grad is None else grad
     if not isinstance(grad, bool):
         raise ProblemError(f"attention grad={grad!r}: expected True or False")
-    output = TensorMeta.contiguous((b, hq, length, ev), _dtype_name(q.dtype), q.device.type)
+    output = TensorMeta.contiguous((b, hq, length, ev), dtype_name(q.dtype), q.device.type)
     values = {"is_causal": causal, "scale": float(scale), "grad": grad}
     return Problem(OP, tuple(tensor_meta(t) for t in tensors), output, (), values), tensors
 
@@ -217,14 +213,11 @@ def min_bytes(problem: Problem) -> int:
     """Bytes a fused kernel must move: each input read once and the output written once; for
     training, the output's gradient read and the three gradients written too."""
 
-    def size(meta: TensorMeta) -> int:
-        from tunesmith.problem import torch_dtype
+    from tunesmith.cost.roofline import meta_bytes  # (which imports this module)
 
-        return meta.numel * torch_dtype(meta.dtype).itemsize
-
-    moved = sum(size(m) for m in problem.inputs) + size(problem.output)
+    moved = sum(meta_bytes(m) for m in problem.inputs) + meta_bytes(problem.output)
     if problem.scalar("grad", False):
-        moved += 2 * size(problem.output) + sum(size(m) for m in problem.inputs[:3])
+        moved += 2 * meta_bytes(problem.output) + sum(meta_bytes(m) for m in problem.inputs[:3])
     return moved
 
 

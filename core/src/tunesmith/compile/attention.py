@@ -37,6 +37,7 @@ _SDPA = F.scaled_dot_product_attention
 _MATMULS = (torch.matmul, operator.matmul)
 _SOFTMAXES = (torch.softmax, F.softmax)
 _ADDS = (operator.add, torch.add, operator.iadd)
+_SCALES = (operator.mul, operator.truediv, torch.mul, torch.div)
 #: an additive mask value at or below this is a masked-out position (exp of it is 0 in float32)
 MASKED = -1e4
 
@@ -135,7 +136,7 @@ def _transposed_key(node: Any) -> Any:
 
 def _scale_of(node: fx.Node, gm: fx.GraphModule) -> tuple[Any, float] | None:
     """(the scaled operand, the factor) of ``x * c``, ``x / c`` (c a number, or a constant 0-d tensor)."""
-    if not _calls(node, (operator.mul, operator.truediv, torch.mul, torch.div), ("mul", "div")):
+    if not _calls(node, _SCALES, ("mul", "div")):
         return None
     x, c = node.args[:2]
     if isinstance(c, fx.Node):
@@ -170,7 +171,7 @@ def _pattern_site(node: fx.Node, gm: fx.GraphModule) -> Site | None:
     if _calls(scores, _ADDS, ("add", "add_")) and len(scores.args) == 2 and "alpha" not in scores.kwargs:
         chain.append(scores)
         a, b = scores.args
-        scores, mask = (a, b) if _calls(a, _MATMULS, ("matmul", "mul", "div")) or _scale_like(a) else (b, a)
+        scores, mask = (a, b) if _calls(a, (*_MATMULS, *_SCALES), ("matmul", "mul", "div")) else (b, a)
         scores = _through_casts(scores, chain)
     scale = 1.0
     scaled = _scale_of(scores, gm) if isinstance(scores, fx.Node) else None
@@ -193,10 +194,6 @@ def _pattern_site(node: fx.Node, gm: fx.GraphModule) -> Site | None:
     if not isinstance(out, torch.Tensor) or not isinstance(qv, torch.Tensor) or out.dtype != qv.dtype:
         return None
     return Site(node, q, k, v, mask, False, scale, [node, *chain])
-
-
-def _scale_like(node: Any) -> bool:
-    return _calls(node, (operator.mul, operator.truediv, torch.mul, torch.div))
 
 
 def find(gm: fx.GraphModule) -> list[Site]:
