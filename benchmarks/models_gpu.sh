@@ -13,8 +13,9 @@
 # max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a max-autotune
 # process may take (600) and LAST_LIMIT that for LAST_MODELS (450), PROCESSES how many processes
 # time each of the variants the bars compare (3); WORK is where rows and logs go (/tmp/models),
-# KERNELS where each row's table of profiled kernels and host profile goes, COLD where each
-# tunesmith row's cold first-step profile goes (WORK/kernels and WORK/cold, both packed into
+# WARM the variants also timed in a warm process (tunesmith,reduce_overhead), KERNELS where each
+# row's table of profiled kernels and host profile goes, COLD where each warm-timed row's cold
+# first-step profile goes (empty: none) (WORK/kernels and WORK/cold, both packed into
 # $OUT/profiles.tar.gz at the end). Rows already in WORK's gpu<i>.json are kept (--resume): copy a
 # stopped run's files there to finish it.
 set -u
@@ -22,8 +23,8 @@ source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
 export PYTHONUNBUFFERED=1
 WORK=${WORK:-/tmp/models}
-KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD:-$WORK/cold}
-mkdir -p "$WORK" "$KERNELS" "$COLD"
+KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD-$WORK/cold}
+mkdir -p "$WORK" "$KERNELS" ${COLD:+"$COLD"}
 N=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$N" -ge 4 ]; then DEFAULT="gpt2,t5;mlp_decode,llama,bert;bert_train;resnet50"
 elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama,t5;bert,bert_train,resnet50"
@@ -37,7 +38,7 @@ run() {  # GPU ARGS...
     local gpu=$1 pin=(); shift
     if [ "$PER" -ge 1 ]; then pin=(taskset -c "$((gpu * PER))-$(((gpu + 1) * PER - 1))"); fi
     CUDA_VISIBLE_DEVICES=$gpu "${pin[@]}" python3 benchmarks/models.py \
-        --warm tunesmith --resume --limit "${LIMIT:-600}" --kernels "$KERNELS" --cold-profile "$COLD" \
+        --warm "${WARM:-tunesmith,reduce_overhead}" --resume --limit "${LIMIT:-600}" --kernels "$KERNELS" ${COLD:+--cold-profile "$COLD"} \
         --processes "${PROCESSES:-3}" --json "$WORK/gpu$gpu.json" "$@"
 }
 group() {  # GPU MODELS: a model's rows, one model after another
@@ -56,5 +57,5 @@ for i in "${!GROUP[@]}"; do
 done
 wait
 python3 benchmarks/models.py --merge "$WORK"/gpu*.json --json "$OUT/models.json" --chart "$OUT/models.png"
-tar -czf "$OUT/profiles.tar.gz" -C "$WORK" "$(basename "$KERNELS")" "$(basename "$COLD")"  # one file travels back
+tar -czf "$OUT/profiles.tar.gz" -C "$WORK" "$(basename "$KERNELS")" ${COLD:+"$(basename "$COLD")"}  # one file travels back
 echo done > "$WORK/done"
