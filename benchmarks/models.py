@@ -86,15 +86,20 @@ VARIANTS = (
     "max_autotune_nocg",
     "tunesmith_default",
     "tunesmith",
+    "tunesmith_blocking",
     "tunesmith_aten_only",
 )
+#: how long a background-tuning variant steps while it waits for its tuned kernels, at most
+TUNED_WITHIN_S = 420.0
+#: tunesmith's counters a row records after its first step (what it tuned, queued and found)
+FIRST_STEP_COUNTERS = ("autotune_tuned", "background_queued", "background_graph_known", "compiled_graph_cache_hit")
 #: variants whose first step is also measured in a second process on warm caches
 WARM = ("reduce_overhead", "tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
 #: what a resumed run must share with the rows it keeps
 RESUME_SAME = ("device", "torch", "triton", "small", "processes")
 #: variants timed in several processes with ``--processes N`` (those the bars compare)
-RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_aten_only")
+RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_blocking", "tunesmith_aten_only")
 #: where measurement processes write their kernel tables (``--kernels``)
 KERNELS_ENV = "TUNESMITH_MODELS_KERNELS"
 #: where a measurement process writes the profile of its first step (``--cold-profile``)
@@ -315,6 +320,8 @@ def compiled(variant: str, model: Any) -> Any:
         return torch.compile(model, backend="tunesmith")
     if variant == "tunesmith":
         return torch.compile(model, backend="tunesmith", mode="max-autotune")
+    if variant == "tunesmith_blocking":
+        return torch.compile(model, backend="tunesmith", options={"tuning": "blocking", "cudagraphs": True})
     if variant == "tunesmith_aten_only":
         return torch.compile(model, backend="tunesmith", options={"backends": ["aten"], "cudagraphs": True})
     raise SystemExit(f"unknown variant {variant!r}")
@@ -394,11 +401,14 @@ def measure(
     if chosen is not None:
         import tunesmith
 
-        row["chosen"] = dict(chosen)
-        row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
+        row["first_step_counters"] = {k: tunesmith.counters[k] for k in FIRST_STEP_COUNTERS}
     del out
     if not timed:
         return row
+    if chosen is not None:
+        row |= _tuned(lambda: step(fn), sync, train, ref_out, ref_grads, grads)
+        row["chosen"] = dict(chosen)
+        row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
     for _ in range(WARMUP):
         step(fn)
     sync()
@@ -427,6 +437,35 @@ def measure(
             host_profile(lambda: step(fn), table_path.with_suffix(".host.txt"))
         with contextlib.suppress(Exception):  # without NVML the row goes without it
             row["sm_clock_mhz"] = torch.cuda.clock_rate()  # a card slowed by sustained load shows here
+    return row
+
+
+def _tuned(
+    step: Callable[[], Any], sync: Callable[[], None], train: bool, ref_out: Any, ref_grads: list[Any], grads: Any
+) -> dict[str, Any]:
+    """A tunesmith variant after its first step: steps until background tuning has swapped every
+    tuned kernel in (``tuned_after_s``: seconds from the end of the first step), then one more,
+    whose errors against eager are ``tuned_*_rel_err`` (the row's ``*_rel_err`` are the first
+    step's, ATen's kernels where nothing was known yet)."""
+    import tunesmith
+
+    begun = time.perf_counter()
+    steps = 0
+    while not tunesmith.status().idle and time.perf_counter() - begun < TUNED_WITHIN_S:
+        step()
+        steps += 1
+    done = tunesmith.wait(timeout=max(1.0, TUNED_WITHIN_S - (time.perf_counter() - begun)))
+    sync()
+    row: dict[str, Any] = {"tuned_after_s": round(time.perf_counter() - begun, 3), "tuned_after_steps": steps}
+    if not done:
+        row["tuning_unfinished"] = str(tunesmith.status())
+    row["background_counters"] = {
+        k: v for k, v in tunesmith.counters.items() if k.startswith("background_") and k != "background_gap"
+    }
+    out = step()
+    row["tuned_out_rel_err"] = rel_err(out, ref_out)
+    if train:
+        row["tuned_grad_rel_err"] = max(rel_err(g, r) for g, r in zip(grads(), ref_grads, strict=True))
     return row
 
 
@@ -641,6 +680,8 @@ class Runner:
             warm = self.process(model, variant, gpu, cpus, caches, False)
             row["warm_first_step_s"] = warm.get("first_step_s")
             row["warm_process_s"] = warm.get("process_s")
+            if "first_step_counters" in warm:
+                row["warm_first_step_counters"] = warm["first_step_counters"]
             if "error" in warm:
                 row["warm_error"] = warm["error"]
         if self.args.cold_profile and variant in self.args.warm and "error" not in row:

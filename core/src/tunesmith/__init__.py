@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads these
+    from tunesmith.background import Status, status, wait
     from tunesmith.config import Options
     from tunesmith.cost.graph import Estimate, estimate
     from tunesmith.counting import counters
@@ -46,6 +47,9 @@ _LAZY = {
     "current_options": "tunesmith.settings",
     "options": "tunesmith.settings",
     "tune": "tunesmith.direct",
+    "wait": "tunesmith.background",
+    "status": "tunesmith.background",
+    "Status": "tunesmith.background",
     "Selection": "tunesmith.selection",
     "SPEC_VERSION": "tunesmith_hookspecs",
     "hookimpl": "tunesmith_hookspecs",
@@ -91,6 +95,9 @@ def reset() -> None:
     attention = sys.modules.get("tunesmith.compile.attention")
     if attention is not None:
         attention.clear()
+    background = sys.modules.get("tunesmith.background")
+    if background is not None:
+        background.tuner.clear()
     clear_memory()
     counters.clear()
     reset_backoff()
@@ -127,6 +134,7 @@ __all__ = [
     "Options",
     "ProblemError",
     "Selection",
+    "Status",
     "TunesmithError",
     "TunesmithWarning",
     "counters",
@@ -136,6 +144,8 @@ __all__ = [
     "options",
     "register",
     "reset",
+    "status",
     "tune",
     "unregister",
+    "wait",
 ]

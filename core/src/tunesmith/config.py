@@ -148,6 +148,17 @@ class Options:
         None, parse_names, "ordered persistent cache layers; none = 'local' and every plugin layer"
     )
     budget_s: float | None = _field(None, parse_seconds, "wall-clock budget for tuning one problem")
+    tuning: str = _field(
+        "background",
+        parse_one_of("background", "blocking"),
+        "compiled models: background (the first step runs the kernels known and ATen's elsewhere; tuned "
+        "ones are swapped in at a step boundary) or blocking (every kernel tuned before the first step)",
+    )
+    tuning_gap_s: float = _field(
+        0.25,
+        lambda v: parse_seconds(v, optional=False),
+        "seconds a compiled model's step boundary lets background tuning time choices on the idle GPU",
+    )
     graph_compiler: str = _field(
         "inductor", parse_name, "what compiles the rest of a graph: inductor, eager, or a plugin's"
     )

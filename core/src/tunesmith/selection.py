@@ -114,12 +114,7 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
         raise CaptureError(f"cannot select a kernel for {describe(problem)} while a CUDA graph is captured")
     device = inputs[0].device
     key = selection_key(problem, device, _backends_with_versions(options))
-    with _memory_lock:
-        hit = _memory.get(key)
-    if hit is not None and (not options.verify or _verify(problem, hit.spec, hit.kernel, inputs) is None):
-        bump("autotune_memory_hit")
-        selection = attrs.evolve(hit, cached=True, report=attrs.evolve(hit.report, source="memory"))
-        hooks.selection_done(selection.report, options)
+    if (selection := _from_memory(problem, inputs, key, options)) is not None:
         return selection
     stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
 
@@ -156,6 +151,32 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
     _deferred.discard(key)
     with _memory_lock:
         _memory[key] = selection
+    hooks.selection_done(selection.report, options)
+    return selection
+
+
+def lookup(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -> Selection | None:
+    """The selection for ``problem`` from memory or the first cache layer that has it, or None
+    where nobody has tuned it: nothing is tuned here (background tuning's first look)."""
+    key = selection_key(problem, inputs[0].device, _backends_with_versions(options))
+    if (selection := _from_memory(problem, inputs, key, options)) is not None:
+        return selection
+    stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
+    selection = _found(stack, problem, inputs, key, stack.get(key, _parse_entry), options)
+    if selection is not None:
+        with _memory_lock:
+            _memory[key] = selection
+        hooks.selection_done(selection.report, options)
+    return selection
+
+
+def _from_memory(problem: Problem, inputs: Sequence[torch.Tensor], key: str, options: Options) -> Selection | None:
+    with _memory_lock:
+        hit = _memory.get(key)
+    if hit is None or (options.verify and _verify(problem, hit.spec, hit.kernel, inputs) is not None):
+        return None
+    bump("autotune_memory_hit")
+    selection = attrs.evolve(hit, cached=True, report=attrs.evolve(hit.report, source="memory"))
     hooks.selection_done(selection.report, options)
     return selection
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from tunesmith.background import tuner
 from tunesmith.bench.timing import (
     Measurement,
     check_output,
@@ -124,7 +125,8 @@ def time_inprocess(
 ) -> list[Timing]:
     """Precompile and time ``choices`` here; the budget counts from ``start``, and the choice to beat
     so far (for the early stop) is ``best_ms``."""
-    errors = precompile_all(choices, options.compile_threads)
+    with tuner.outside_gap():  # background tuning: compiling needs no idle GPU, so the model may run
+        errors = precompile_all(choices, options.compile_threads)
     device = inputs[0].device if inputs else torch.device("cpu")
     sets = input_sets(problem, inputs, options)
     timings = []

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import torch
 
+from tunesmith.background import tuner
 from tunesmith.bench import pool
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, out_of_budget
 from tunesmith.bench.timing import give_up_after
@@ -245,7 +246,8 @@ def _precompile_and_time(
     run: IsolatedRun, specs: Sequence[ChoiceSpec], options: Options, wait: Callable[[], None]
 ) -> list[Timing]:
     try:
-        errors = run.precompile()
+        with tuner.outside_gap():  # background tuning: compiling needs no GPU, so the model may run
+            errors = run.precompile()
     except SetupFailed as exc:
         bump("benchmark_crash")
         return [Timing(s, math.inf, str(exc)) for s in specs]

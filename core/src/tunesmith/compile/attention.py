@@ -24,12 +24,15 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from tunesmith import hooks
 from tunesmith.attention import OP
+from tunesmith.compile.swap import Background
 from tunesmith.config import Options
 from tunesmith.counting import bump
 from tunesmith.errors import NoValidChoicesError, ProblemError
 from tunesmith.problem import build_problem, is_empty, tensor_like, tensor_meta
-from tunesmith.selection import select
+from tunesmith.selection import lookup, select
+from tunesmith_hookspecs import ChoiceSpec, Problem
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ _MATMULS = (torch.matmul, operator.matmul)
 _SOFTMAXES = (torch.softmax, F.softmax)
 _ADDS = (operator.add, torch.add, operator.iadd)
 _SCALES = (operator.mul, operator.truediv, torch.mul, torch.div)
+#: what an attention runs until it is tuned in the background: torch's own pick, through ATen
+PLACEHOLDER = ChoiceSpec(hooks.BASELINE_BACKEND, "sdpa", {"backend": "default"})
 #: an additive mask value at or below this is a masked-out position (exp of it is 0 in float32)
 MASKED = -1e4
 
@@ -319,13 +324,14 @@ def mask_kind(mask: torch.Tensor, q_len: int, kv_len: int) -> str:
 # --- the stage ---
 
 
-def rewrite(gm: fx.GraphModule, options: Options) -> int:
+def rewrite(gm: fx.GraphModule, options: Options, background: Background | None = None) -> int:
     """Tune every attention of ``gm`` whose shapes are known, and call its kernel instead; returns
-    how many were rewritten."""
+    how many were rewritten. With ``background`` (background tuning), one the caches do not know calls
+    torch's own SDPA (``PLACEHOLDER``) until it is tuned."""
     done = 0
     for site in find(gm):
         try:
-            done += _rewrite_site(gm, site, options)
+            done += _rewrite_site(gm, site, options, background)
         except ProblemError as exc:
             log.debug("attention at %s left to torch: %s", site.output.name, exc)
         except NoValidChoicesError as exc:  # the graph still compiles, with torch's own attention
@@ -337,7 +343,7 @@ def rewrite(gm: fx.GraphModule, options: Options) -> int:
     return done
 
 
-def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options) -> int:
+def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options, background: Background | None) -> int:
     q, k, v = (_val(n) for n in (site.q, site.k, site.v))
     if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return 0
@@ -375,10 +381,9 @@ def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options) -> int:
         problem, inputs = build_problem(OP, tensors, scalars)
         if is_empty(problem):
             return 0
-        with torch.no_grad():
-            selection = select(problem, inputs, options)
+        spec, kernel = _kernel(problem, inputs, options, background)
     key = f"{problem.key()}:{len(_kernels)}"
-    _kernels[key] = selection.kernel
+    _kernels[key] = kernel
     args = [site.q, site.k, site.v, *([mask] if mask is not None else [])]
     if maskv is not None and maskv.dim() < 4:
         with gm.graph.inserting_before(site.output):
@@ -392,12 +397,32 @@ def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options) -> int:
         if not dead.users:
             gm.graph.erase_node(dead)
     bump("attention_rewritten")
-    log.info("attention %s: %s", site.output.name, selection.spec)
+    log.info("attention %s: %s", site.output.name, spec)
     return 1
+
+
+def _kernel(
+    problem: Problem, inputs: list[torch.Tensor], options: Options, background: Background | None
+) -> tuple[ChoiceSpec, Callable[..., torch.Tensor]]:
+    """The attention's spec and kernel: selected, or with ``background`` looked up, else the placeholder
+    (queued on ``background`` for background tuning)."""
+    with torch.no_grad():
+        selection = lookup(problem, inputs, options) if background is not None else None
+        if selection is None and background is not None:
+            choice = hooks.rebuild_choice(PLACEHOLDER, problem, options)
+            if choice is not None:
+                choice.precompile()
+                background.placeholder(problem, PLACEHOLDER, inputs[0].device, options)
+                return PLACEHOLDER, choice.kernel()
+        if selection is None:
+            selection = select(problem, inputs, options)
+    if background is not None:
+        background.answered(problem, selection.spec)
+    return selection.spec, selection.kernel
 
 
 def _symbolic(t: torch.Tensor) -> bool:
     return any(not isinstance(x, int) for x in (*t.shape, *t.stride(), t.storage_offset()))
 
 
-__all__ = ["MASKED", "Site", "call", "clear", "constant", "find", "mask_kind", "rewrite"]
+__all__ = ["MASKED", "PLACEHOLDER", "Site", "call", "clear", "constant", "find", "mask_kind", "rewrite"]

@@ -24,7 +24,8 @@ import torch.fx as fx
 from tunesmith import hooks
 from tunesmith.compile import attention, dispatch
 from tunesmith.compile.cudagraphs import Captured
-from tunesmith.compile.stages import post_grad, run_passes
+from tunesmith.compile.stages import all_passes, post_grad, run_passes
+from tunesmith.compile.swap import Background, compile_in_background
 from tunesmith.config import Options
 from tunesmith.errors import OptionError
 from tunesmith.settings import current_options
@@ -47,17 +48,27 @@ def backend(
     settings = current_options(with_mode(mode, options))
     compiled = _prepare_benchmarker(gm, example_inputs, settings)
     try:
-        run_passes("pre_grad", gm.graph, settings)
-        gm.recompile()
-        attention.rewrite(gm, settings)
-        if settings.graph_compiler == "inductor":
-            from tunesmith.compile.inductor import compile_with_inductor
-
-            return compile_with_inductor(gm, example_inputs, settings)
-        codegen = hooks.graph_compiler(settings)
-        return _aot(gm, example_inputs, settings, codegen)
+        if settings.tuning == "background":
+            return compile_in_background(gm, example_inputs, settings, _compile, all_passes(settings))
+        return _compile(gm, example_inputs, settings, None)
     finally:
         compiled()
+
+
+def _compile(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, background: Background | None
+) -> Any:
+    """The pipeline on one Dynamo graph; with ``background``, unknown Problems are queued on it for
+    background tuning instead of tuned here."""
+    run_passes("pre_grad", gm.graph, settings)
+    gm.recompile()
+    attention.rewrite(gm, settings, background)
+    if settings.graph_compiler == "inductor":
+        from tunesmith.compile.inductor import compile_with_inductor
+
+        return compile_with_inductor(gm, example_inputs, settings, background)
+    codegen = hooks.graph_compiler(settings)
+    return _aot(gm, example_inputs, settings, codegen, background)
 
 
 #: what a Dynamo graph calls where it may hold a GEMM-family op (by the callee's name)
@@ -96,7 +107,13 @@ def with_mode(mode: str | None, options: Mapping[str, Any] | None) -> dict[str, 
     return ({"cudagraphs": MODES[mode]} if mode is not None else {}) | dict(options or {})
 
 
-def _aot(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, codegen: Callable[..., Any]) -> Any:
+def _aot(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    settings: Options,
+    codegen: Callable[..., Any],
+    background: Background | None,
+) -> Any:
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import default_partition
 
@@ -106,7 +123,7 @@ def _aot(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, c
         def compile_graph(graph_module: fx.GraphModule, inputs: Sequence[Any]) -> Any:
             if kind == "inference":
                 joint_passes(graph_module.graph, settings)
-            post_grad(graph_module, settings, kind)
+            post_grad(graph_module, settings, kind, background)
             compiled = codegen(graph_module, inputs)
             return captured.wrap(compiled, graph_module, inputs, kind) if captured else compiled
 

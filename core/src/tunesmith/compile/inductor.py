@@ -28,6 +28,7 @@ from tunesmith.cache import tally
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import result_settings
 from tunesmith.compile.stages import all_passes, post_grad, run_passes
+from tunesmith.compile.swap import Background
 from tunesmith.config import Options
 from tunesmith.counting import bump
 from tunesmith.passes import pass_uuid
@@ -86,7 +87,11 @@ class _Served:
         return watched
 
 
-def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options) -> Any:
+def compile_with_inductor(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, background: Background | None = None
+) -> Any:
+    """``gm`` through Inductor with tunesmith's stages; with ``background`` (background tuning), without
+    Inductor's FX graph cache (and so AOTAutograd's): a graph that runs placeholders is not stored."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     dispatch.options_id(settings)  # known here even when Inductor serves the graph from its cache
@@ -106,7 +111,7 @@ def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], set
         kind = (
             "backward" if any(n.name.startswith("tangents") for n in graph.find_nodes(op="placeholder")) else "forward"
         )
-        post_grad(gm, settings, kind)
+        post_grad(gm, settings, kind, background)
 
     patches = {
         "joint_custom_pre_pass": _Stage(lambda g: run_passes("joint_pre", g, settings), f"{ident}-joint-pre"),
@@ -114,6 +119,8 @@ def compile_with_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any], set
         "post_grad_custom_pre_pass": _Stage(lowering, f"{ident}-post-grad"),
         "triton.cudagraphs": settings.cudagraphs,
     }
+    if background is not None:
+        patches["fx_graph_cache"] = False
     served = _Served(settings)
     return served.watch(compile_fx)(
         gm, example_inputs, inner_compile=served.watch(compile_fx_inner), config_patches=patches

@@ -29,11 +29,12 @@ from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
 from tunesmith.compile.lowering import AtenLowering, Lowered, lower, restore, symbolic
+from tunesmith.compile.swap import Background
 from tunesmith.config import Options
 from tunesmith.counting import bump
 from tunesmith.fleet import select_each
 from tunesmith.problem import is_empty, tensor_like, tensor_meta
-from tunesmith.selection import Selection, select
+from tunesmith.selection import Selection, lookup, select
 from tunesmith_hookspecs import ChoiceSpec, Problem, SelectionReport
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ def all_passes(options: Options) -> list[Any]:
     return [p for stage in PASS_HOOKS for p in passes(stage, options)]
 
 
-def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
-    """The post-grad stage on ``gm`` (forward, backward or inference), in place."""
+def post_grad(gm: fx.GraphModule, options: Options, kind: str, background: Background | None = None) -> list[Lowered]:
+    """The post-grad stage on ``gm`` (forward, backward or inference), in place; with ``background``
+    (background tuning), a Problem the caches do not know runs ATen's op and is queued on it."""
     run_passes("post_grad_pre", gm.graph, options)
     gm.recompile()
     layers = hooks.cache_layers(options)
@@ -94,14 +96,17 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
             bump("compiled_graph_job_answer")
             plan = theirs[0]
     lowered = lower(gm, [*hooks.lowerings(options), AtenLowering()], dispatch.options_id(options))
+    pending: list[str] = []  # Problems queued for background tuning: no plan is stored
     with unset_fake_temporarily():  # tuning runs real kernels on real tensors; split with other processes
-        prepared = select_each(lowered, lambda item: _prepare(item, plan, options), options.cache_lock_wait_s)
-        if key and plan is None:
+        prepared = select_each(
+            lowered, lambda item: _prepare(item, plan, options, background, pending), options.cache_lock_wait_s
+        )
+        if key and plan is None and not pending:
             chosen = dict(x for x in prepared if x is not None)
             theirs = stack.put(key, plan_payload(chosen), parse_plan)
             if theirs is not None and theirs[0] != chosen:  # another rank of the job published first: run its plan
                 bump("compiled_graph_job_answer")
-                prepared = [_prepare(item, theirs[0], options) for item in lowered]
+                prepared = [_prepare(item, theirs[0], options, background, pending) for item in lowered]
     own = [item.node for item, x in zip(lowered, prepared, strict=True) if x and x[1] == GRAPH_OWN]
     run_passes("post_grad_post", gm.graph, options)
     alive = set(gm.graph.nodes)  # a "post" pass may have removed a call
@@ -113,9 +118,16 @@ def post_grad(gm: fx.GraphModule, options: Options, kind: str) -> list[Lowered]:
     return lowered
 
 
-def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options) -> tuple[str, ChoiceSpec] | None:
+def _prepare(
+    item: Lowered,
+    plan: dict[str, ChoiceSpec] | None,
+    options: Options,
+    background: Background | None = None,
+    pending: list[str] | None = None,
+) -> tuple[str, ChoiceSpec] | None:
     """Ready and bind the kernel of one lowered call whose shapes are known, from the plan or
-    selected; its Problem's key and chosen spec (None while the shapes are symbolic)."""
+    selected (with ``background``: looked up, else ATen's op until it is tuned in the background); its
+    Problem's key and chosen spec (None while the shapes are symbolic)."""
     vals: Sequence[Any] = [a.meta.get("val") for a in item.node.args[1]]
     if any(symbolic(v) for v in vals):
         return None  # selected when the graph runs with these shapes
@@ -134,7 +146,18 @@ def _prepare(item: Lowered, plan: dict[str, ChoiceSpec] | None, options: Options
         hooks.selection_done(SelectionReport(problem, problem.key(), spec, (), source="plan"), options)
         return problem.key(), spec
     with torch.no_grad():
-        selection = select(problem, inputs, options)
+        selection = lookup(problem, inputs, options) if background is not None else None
+    if selection is None and background is not None and (own := hooks.rebuild_choice(GRAPH_OWN, problem, options)):
+        background.placeholder(problem, GRAPH_OWN, inputs[0].device, options)
+        if pending is not None:
+            pending.append(problem.key())
+        dispatch.remember(item.recipe, tensors, own.kernel(), problem)  # where ATen's ops cannot take it back
+        return problem.key(), GRAPH_OWN
+    if selection is None:  # blocking, or no ATen to run meanwhile
+        with torch.no_grad():
+            selection = select(problem, inputs, options)
+    if background is not None:
+        background.answered(problem, selection.spec)
     spec, kernel = selection.spec, selection.kernel
     if not options.cudagraphs and spec != GRAPH_OWN and problem.device == "cuda":
         spec, kernel = _with_launch_cost(item.recipe, problem, tensors, selection, options)
