@@ -86,7 +86,7 @@ VARIANTS = (
     "max_autotune_nocg",
     "tunesmith_default",
     "tunesmith",
-    "tunesmith_blocking",
+    "tunesmith_background",
     "tunesmith_aten_only",
 )
 #: how long a background-tuning variant steps while it waits for its tuned kernels, at most
@@ -99,7 +99,7 @@ ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
 #: what a resumed run must share with the rows it keeps
 RESUME_SAME = ("device", "torch", "triton", "small", "processes")
 #: variants timed in several processes with ``--processes N`` (those the bars compare)
-RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_blocking", "tunesmith_aten_only")
+RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_background", "tunesmith_aten_only")
 #: where measurement processes write their kernel tables (``--kernels``)
 KERNELS_ENV = "TUNESMITH_MODELS_KERNELS"
 #: where a measurement process writes the profile of its first step (``--cold-profile``)
@@ -320,8 +320,8 @@ def compiled(variant: str, model: Any) -> Any:
         return torch.compile(model, backend="tunesmith")
     if variant == "tunesmith":
         return torch.compile(model, backend="tunesmith", mode="max-autotune")
-    if variant == "tunesmith_blocking":
-        return torch.compile(model, backend="tunesmith", options={"tuning": "blocking", "cudagraphs": True})
+    if variant == "tunesmith_background":
+        return torch.compile(model, backend="tunesmith", options={"tuning": "background", "cudagraphs": True})
     if variant == "tunesmith_aten_only":
         return torch.compile(model, backend="tunesmith", options={"backends": ["aten"], "cudagraphs": True})
     raise SystemExit(f"unknown variant {variant!r}")
@@ -405,8 +405,9 @@ def measure(
     del out
     if not timed:
         return row
-    if chosen is not None:
+    if variant == "tunesmith_background":
         row |= _tuned(lambda: step(fn), sync, train, ref_out, ref_grads, grads)
+    if chosen is not None:
         row["chosen"] = dict(chosen)
         row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
     for _ in range(WARMUP):

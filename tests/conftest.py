@@ -48,13 +48,6 @@ def no_server_outlives_its_test() -> Iterator[None]:
         server.stop()
 
 
-@pytest.fixture(autouse=True)
-def blocking_tuning(tunesmith_isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Compiles tune before their first step (``tuning="blocking"``), so that a test can assert what
-    a compile tuned; tests of background tuning (test_background.py) set it back (docs/decisions.md)."""
-    monkeypatch.setenv("TUNESMITH_TUNING", "blocking")
-
-
 @pytest.fixture
 def isolated(tunesmith_isolated: Path) -> Path:
     """The test's folder (cache/, config/, work/): ``tunesmith_isolated`` of tunesmith.testing, which

@@ -65,6 +65,10 @@ def _arg(value: Any, index: dict[fx.Node, int]) -> Any:
         return str(value)
     if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
         return ["sym", str(value)]
+    if isinstance(value, slice):  # a Dynamo graph's indexing
+        return ["slice", _arg(value.start, index), _arg(value.stop, index), _arg(value.step, index)]
+    if value is Ellipsis:
+        return ["ellipsis"]
     raise Unkeyable(f"an argument of type {type(value).__name__}")
 
 

@@ -51,7 +51,8 @@ class Background:
         self._inputs = list(example_inputs)
         self._settings = settings
         self._compile = compile
-        self._context = torch._guards.TracingContext.try_get()
+        context = torch._guards.TracingContext.try_get()
+        self._fake_mode = context.fake_mode if context is not None else None
         self._devices = sorted(
             {t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"}, key=str
         )
@@ -128,7 +129,8 @@ class Background:
         changed = sum(1 for key, spec in self.placeholders.items() if self.known.get(key) != spec)
         began = time.monotonic()
         blocking = attrs.evolve(self._settings, tuning="blocking")
-        with torch._guards.tracing(self._context):
+        context = torch._guards.TracingContext(self._fake_mode)  # fresh: the first compile's state is spent
+        with torch._guards.tracing(context):
             self.current = self._compile(self._original, self._inputs, blocking, None)
         self.swapped = True
         bump("background_swapped")
