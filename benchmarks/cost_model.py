@@ -8,6 +8,7 @@ pruning replayed on measured times.
     python benchmarks/cost_model.py breakdown --compile-split [--cases NAME,NAME] [--json FILE]
     python benchmarks/cost_model.py replay RESULT.json [RESULT.json ...] [--estimate] [--json OUT]
     python benchmarks/cost_model.py replay --rank NAME[,NAME] [--json OUT]
+    python benchmarks/cost_model.py skip RESULT.json [RESULT.json ...] [--json OUT]
 
 The run (the first two lines), per case:
 
@@ -46,6 +47,20 @@ ceiling (``prune.BASELINE_CEILING``); without it there is no ceiling. A replay s
 what pruning would have kept; the tune time it saves is only measured by the run.
 ``--rank`` instead lists every Triton config the plugin offers a case on an H100, by this
 checkout's estimate (no GPU needed).
+
+``skip`` (CPU): the skip of a tune where the cost model is sure ATen wins (``tunesmith.cost.skip``),
+fitted and replayed on measured times. The inputs are results of this run (the GEMM set) or of
+``corpus.py`` (the shape corpus), whose exhaustive tunes timed every choice. Per case, this
+checkout's models estimate every choice the aten and triton plugins offer it now, on the preset of
+the GPU the result was measured on (as a GPU with no calibration would; the plugin's configs as on
+an H100, whose SMs an H200 shares), and ``sure_aten`` decides as ``tune()`` would. The fit reads
+the ``train`` cases (the corpus's ``train`` split and the whole GEMM set, which shares no case with
+the corpus): among the cases the models are sure of, the highest estimated ratio (best non-ATen
+estimate over ATen's) at which a non-ATen choice won by more than ``tie_tolerance``, and the
+lowest above it at which ATen won; ``SURE_RATIO`` is the geometric middle of the two, rounded
+down. Reported per split: the share of cases skipped and, for each skipped case, the win lost: the
+measured best choice that is not ATen's over ATen's picked choice (and over the best of all),
+and the seconds of the default (pruned) cold tunes the skips leave out.
 """
 
 from __future__ import annotations
@@ -246,6 +261,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["skip"]:
+        return skip_main(sys.argv[2:])
     if sys.argv[1:2] == ["breakdown"]:
         return breakdown_main(sys.argv[2:])
     if sys.argv[1:2] == ["replay"]:
@@ -599,6 +616,158 @@ def replay_main(argv: list[str]) -> int:
         out |= {"estimated_here": args.estimate, "summary": summary, "cases": rows}
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
+
+
+#: a win by less than this (the default ``tie_tolerance``) is a tie, which goes to ATen anyway
+TIE = 0.01
+
+
+def _skip_estimates(problem: Any, profile: Any) -> tuple[dict[str, float | None], dict[str, str]]:
+    """This checkout's estimate of every choice the aten and triton plugins offer ``problem`` now
+    (the Triton configs as on an H100: ``as_h100``), on ``profile``; and each spec's backend."""
+    from tunesmith_triton import configs
+    from tunesmith_triton.choice import TritonChoice, precision
+    from tunesmith_triton.conv import conv_choices
+    from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
+
+    from tunesmith_aten import TEMPLATES
+    from tunesmith_aten.cost import estimate_ms as aten_ms
+    from tunesmith_hookspecs import ChoiceSpec
+
+    out: dict[str, float | None] = {}
+    for template, (serves, _) in TEMPLATES.items():
+        if serves(problem):
+            out[str(ChoiceSpec("aten", template))] = aten_ms(problem, template, profile)
+    if problem.op == "conv":
+        choices = conv_choices(problem, False)
+    else:
+        dot, offered = precision(problem), configs.configs_for(problem, False)
+        choices = [TritonChoice(ChoiceSpec("triton", t, c.params()), problem, dot, SMS) for t, c in offered]
+    for c in choices:
+        out[str(c.spec)] = estimate_ms(
+            c.spec.template, c.config, work_of(c), problem, profile, profile.multiprocessors, SHARED_MEMORY
+        )
+    return out, {spec: spec.split(":", 1)[0] for spec in out}
+
+
+def skip_case(case: dict[str, Any], problem: Any, profile: Any, times: dict[str, float]) -> dict[str, Any]:
+    """One measured case through ``sure_aten``: its estimated ratio, whether the models are sure,
+    whether it is skipped, and the measured times that say what a skip loses."""
+    from tunesmith.cost.prune import unsure
+    from tunesmith.cost.skip import sure_aten
+
+    estimates, backends = _skip_estimates(problem, profile)
+    why = unsure(problem)
+    aten = [ms for s, ms in estimates.items() if backends[s] == "aten" and ms is not None]
+    others = [ms for s, ms in estimates.items() if backends[s] != "aten" and ms is not None]
+    picked = sure_aten(estimates, backends, why)
+    measured_aten = {s: ms for s, ms in times.items() if s.startswith("aten:")}
+    measured_others = [ms for s, ms in times.items() if not s.startswith("aten:")]
+    row: dict[str, Any] = {"name": case["name"], "split": case["split"], "op": case["op"], "shape": case["shape"]}
+    row |= {"dtype": case["dtype"], "unsure": why, "choices_offered": len(estimates), "choices_timed": len(times)}
+    row["estimated_ratio"] = min(others) / min(aten) if aten and others else None
+    row["aten_ms"] = min(measured_aten.values())
+    row["best_other_ms"] = min(measured_others) if measured_others else None
+    row["other_wins_by"] = row["aten_ms"] / row["best_other_ms"] - 1 if measured_others else None
+    row["skipped"] = picked is not None
+    row["tune_s"] = case.get("tunesmith_tune_s", case.get("pruned_tune_s"))  # the default (pruned) cold tune
+    if picked is not None:
+        row["picked"] = picked
+        row["picked_ms"] = times.get(picked, math.nan)  # an ATen choice the run did not time: nan
+        best = min(times.values())
+        row["win_lost"] = max(0.0, row["picked_ms"] / row["best_other_ms"] - 1) if measured_others else 0.0
+        row["picked_over_best"] = row["picked_ms"] / best
+        row["exhaustive_picked_it"] = case.get("exhaustive_spec") == picked  # the run's exhaustive tune chose it too
+    return row
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``SURE_RATIO`` from ``rows`` (the train cases): the geometric middle between the highest
+    estimated ratio at which a non-ATen choice won by more than ``TIE`` on a case the models are
+    sure of, and the lowest ratio above it at which none did."""
+    sure = [r for r in rows if not r["unsure"] and r["estimated_ratio"] is not None and r["other_wins_by"] is not None]
+    wins = [r for r in sure if r["other_wins_by"] > TIE]
+    top = max(wins, key=lambda r: r["estimated_ratio"], default=None)
+    floor = top["estimated_ratio"] if top else 0.0
+    above = [r for r in sure if r["estimated_ratio"] > floor and r["other_wins_by"] <= TIE]
+    low = min(above, key=lambda r: r["estimated_ratio"], default=None)
+    out: dict[str, Any] = {"sure_cases": len(sure), "other_won": len(wins)}
+    out["highest_ratio_other_won"] = [top["estimated_ratio"], top["name"], top["other_wins_by"]] if top else None
+    out["lowest_ratio_above_it_aten_won"] = [low["estimated_ratio"], low["name"]] if low else None
+    out["fitted"] = math.floor(100 * math.sqrt(floor * low["estimated_ratio"])) / 100 if top and low else None
+    return out
+
+
+def skip_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per split: the cases, those skipped and their share, and the wins the skips lost."""
+    skipped = [r for r in rows if r["skipped"]]
+    lost = [r for r in skipped if r["win_lost"] > TIE]
+    return {
+        "cases": len(rows),
+        "with_other_choices": sum(r["best_other_ms"] is not None for r in rows),
+        "skipped": len(skipped),
+        "skipped_share": len(skipped) / len(rows) if rows else None,
+        "skipped_cases": [r["name"] for r in skipped],
+        "wins_lost": len(lost),
+        "skipped_as_exhaustive_chose": sum(r["exhaustive_picked_it"] for r in skipped),
+        "tune_s_skipped": sum(r["tune_s"] or 0.0 for r in skipped),
+        "tune_s_all": sum(r["tune_s"] or 0.0 for r in rows),
+        "worst_win_lost": max([[r["win_lost"], r["name"]] for r in skipped], default=None),
+        "worst_picked_over_best": max([[r["picked_over_best"], r["name"]] for r in skipped], default=None),
+        "missed_sure_skips": [r["name"] for r in rows if not r["skipped"] and (r["other_wins_by"] or 0) < -TIE],
+    }
+
+
+def skip_main(argv: list[str]) -> int:
+    """``skip``: the skip's threshold fitted on train, replayed on every split (the docstring)."""
+    import torch
+
+    from tunesmith import problemset
+    from tunesmith.cost.profiles import preset_for
+    from tunesmith.cost.skip import SURE_RATIO
+    from tunesmith.problem import build_problem, on_device
+
+    parser = argparse.ArgumentParser(
+        prog="cost_model.py skip", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("results", nargs="+", help="results of cost_model.py (GEMM set) or corpus.py (corpus)")
+    parser.add_argument("--json", help="write the replay here")
+    args = parser.parse_args(argv)
+    as_h100()
+    torch.set_float32_matmul_precision(PRECISION)  # as the runs had it: float32 estimates at TF32's peak
+    corpus = Path(__file__).with_name("corpus") / "corpus.json"
+    known = {c.name: c for path in (SHAPES, corpus) for c in problemset.load(path)}
+    rows, devices = [], {}
+    for path in args.results:
+        result = json.loads(Path(path).read_text())
+        devices[Path(path).name] = result["device"]
+        profile = preset_for(result["device"])
+        for case in result["cases"]:
+            choices = case.get("exhaustive_choices", case.get("choices"))
+            if not choices:  # a corpus row whose tunes failed
+                continue
+            spec = known[case["name"]]
+            tensors, scalars = problemset.make_inputs(spec, "meta", seed=1)
+            problem = on_device(build_problem(spec.op, tensors, scalars, problemset.epilogue(spec))[0], "cuda")
+            case = {**case, "split": case.get("split", "train")}  # the GEMM set is no corpus case: train
+            row = skip_case(case, problem, profile, {s: ms for s, ms, _ in choices if math.isfinite(ms)})
+            row |= {"source": Path(path).name, "profile": profile.name}
+            rows.append(row)
+            ratio = "-" if row["estimated_ratio"] is None else f"{row['estimated_ratio']:.3f}"
+            wins = "-" if row["other_wins_by"] is None else f"{row['other_wins_by']:+.3f}"
+            print(f"{row['split']:5s} {row['name']:46s} ratio {ratio:>6s}  other wins by {wins:>6s}  "
+                  f"{'unsure' if row['unsure'] else 'sure':6s} {'SKIPPED' if row['skipped'] else ''}")  # fmt: skip
+    fitted = fit([r for r in rows if r["split"] == "train"])
+    summary = {s: skip_summary([r for r in rows if r["split"] == s]) for s in ("train", "test")}
+    print(f"SURE_RATIO {SURE_RATIO}; fitted on train: {json.dumps(fitted)}")
+    for split, part in summary.items():
+        print(f"{split}: {json.dumps(part)}")
+    if args.json:
+        measured = ", ".join(sorted(set(devices.values())))
+        out = {"device": f"CPU replay of times measured on {measured}", "data_devices": devices, "inputs": args.results}
+        out |= {"sure_ratio": SURE_RATIO, "tie": TIE, "fit": fitted, "summary": summary, "cases": rows}
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0 if fitted["fitted"] is None or fitted["fitted"] == SURE_RATIO else 1
 
 
 if __name__ == "__main__":

@@ -174,6 +174,11 @@ class Options:
     prune: int | None = _field(
         6, parse_int(1, optional=True), "choices besides ATen's kept by the cost model (none: benchmark all)"
     )
+    skip_sure_aten: bool = _field(
+        True,
+        parse_bool,
+        "take ATen's choice without tuning where the cost model is sure ATen wins (needs a device profile and prune)",
+    )
     verify: bool = _field(False, parse_bool, "check the winner against a float64 reference")
     disabled_plugins: tuple[str, ...] = _field((), lambda v: parse_names(v) or (), "plugins not to load or call")
     bench_warmup: int = _field(2, parse_int(0), "untimed runs of each choice before timing")

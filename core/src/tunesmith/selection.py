@@ -3,6 +3,8 @@
 Tuning gathers choices from every enabled backend, prunes them by the cost model, times them
 with the benchmarker, picks the fastest (ties go to the earlier backend in ``backends``),
 optionally verifies it against the float64 reference, and stores the answer in every layer.
+Where the cost model is sure ATen wins (``cost/skip.py``), no tune runs: ATen's choice is taken,
+kept in memory only (``source`` "skipped").
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tunesmith.cache.stack import CacheStack
 from tunesmith.capture import capturing
 from tunesmith.config import Options
 from tunesmith.cost.prune import prune
+from tunesmith.cost.skip import skip_to_aten, skips
 from tunesmith.counting import bump
 from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
 from tunesmith.fleet import deferring, defers, patience
@@ -73,6 +76,9 @@ class Selection:
     def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
         return self.kernel(*tensors)
 
+
+#: the ``source`` of a selection taken without a tune (``cost/skip.py``)
+SKIPPED = "skipped"
 
 _memory: dict[str, Selection] = {}
 _memory_lock = threading.Lock()
@@ -122,6 +128,10 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
     selection = _found(stack, problem, inputs, key, first, options)
     if selection is not None and key in _deferred:
         bump("autotune_taken")  # another process tuned it while this one held off
+    offered = None
+    if selection is None:
+        offered = _offered(problem, options)
+        selection = _skipped(problem, inputs, key, offered[0], options, device)
     if selection is None:
         ttl_s, wait_s = options.cache_lock_ttl_s, patience(options.cache_lock_wait_s)
         flight = SingleFlight(stack, key, _parse_entry, ttl_s, wait_s, defers(), seen=first)
@@ -132,7 +142,7 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
                     bump("autotune_taken")
                 else:
                     with deferring(False):  # a selection inside the tune waits as usual
-                        entry, kernel = _tune(problem, inputs, options, device)
+                        entry, kernel = _tune(problem, inputs, options, device, offered)
                     ms = next((t.ms for t in entry.timings if t.spec == entry.chosen), math.nan)
                     log.info(
                         "tuned %s: %s at %.4f ms, of %d choices in %.1f s",
@@ -173,6 +183,8 @@ def lookup(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
 def _from_memory(problem: Problem, inputs: Sequence[torch.Tensor], key: str, options: Options) -> Selection | None:
     with _memory_lock:
         hit = _memory.get(key)
+    if hit is not None and hit.report.source == SKIPPED and not skips(options):
+        return None  # a skip, with skipping now off: tune it
     if hit is None or (options.verify and _verify(problem, hit.spec, hit.kernel, inputs) is not None):
         return None
     bump("autotune_memory_hit")
@@ -255,14 +267,55 @@ def _from_cache(problem: Problem, key: str, entry: SelectionEntry, layer: str, o
     return None
 
 
-def _tune(
-    problem: Problem, inputs: Sequence[torch.Tensor], options: Options, device: torch.device
-) -> tuple[SelectionEntry, Callable[..., Any]]:
-    start = time.monotonic()
-    check_fits(problem, device)  # here, not per call: only a tuning allocates the Problem's tensors
+def _offered(problem: Problem, options: Options) -> tuple[list[Choice], dict[str, str]]:
+    """Every enabled backend's choices for ``problem`` and why the others offered none; raises
+    :class:`NoValidChoicesError` where none is offered."""
     choices, reasons = hooks.choices(problem, options)
     if not choices:
         raise NoValidChoicesError(describe(problem), reasons)
+    return choices, reasons
+
+
+def _skipped(
+    problem: Problem,
+    inputs: Sequence[torch.Tensor],
+    key: str,
+    choices: Sequence[Choice],
+    options: Options,
+    device: torch.device,
+) -> Selection | None:
+    """ATen's choice without a tune where the cost model is sure it wins (``tune_skipped_aten``),
+    with ``verify`` checked; stored in no cache layer, so that a tune with skipping off still runs."""
+    start = time.monotonic()
+    choice = skip_to_aten(choices, options, device, problem)
+    if choice is None:
+        return None
+    try:
+        choice.precompile()
+        kernel = choice.kernel()
+    except Exception as exc:  # noqa: BLE001 - the tune decides instead
+        log.warning("ATen's %s for %s cannot run (%s): tuning", choice.spec, describe(problem), exc)
+        return None
+    if options.verify and _verify(problem, choice.spec, kernel, inputs) is not None:
+        return None
+    bump("tune_skipped_aten")
+    log.info("skipped tuning %s: the cost model is sure ATen wins (%s)", describe(problem), choice.spec)
+    report = SelectionReport(
+        problem, key, choice.spec, (), SKIPPED, device_name(device), time.monotonic() - start, False
+    )
+    return Selection(problem, choice.spec, {}, kernel, False, report)
+
+
+def _tune(
+    problem: Problem,
+    inputs: Sequence[torch.Tensor],
+    options: Options,
+    device: torch.device,
+    offered: tuple[list[Choice], dict[str, str]] | None = None,
+) -> tuple[SelectionEntry, Callable[..., Any]]:
+    start = time.monotonic()
+    check_fits(problem, device)  # here, not per call: only a tuning allocates the Problem's tensors
+    choices, reasons = offered if offered is not None else _offered(problem, options)
     choices = prune(choices, options, device, problem)
     timings = hooks.benchmarker(options).benchmark(problem, choices, inputs)
     if len(timings) != len(choices):

@@ -243,9 +243,11 @@ class SelectionReport:
     """What one selection did: the winner, every timing, and where the answer came from.
 
     ``source`` is ``"tuned"`` for a fresh tuning, ``"empty"`` for a problem with an empty output or
-    reduction (computed directly, never tuned or cached), ``"plan"`` for a compiled graph's
-    problem answered by its compiled-graph cache entry (no timings), else the cache layer that
-    answered (``"memory"``, ``"local"``, or a plugin layer's name).
+    reduction (computed directly, never tuned or cached), ``"skipped"`` for ATen's choice taken
+    without a tune where the cost model is sure it wins (no timings, kept in memory only),
+    ``"plan"`` for a compiled graph's problem answered by its compiled-graph cache entry (no
+    timings), else the cache layer that answered (``"memory"``, ``"local"``, or a plugin layer's
+    name).
     """
 
     problem: Problem
@@ -259,7 +261,7 @@ class SelectionReport:
 
     @property
     def cached(self) -> bool:
-        return self.source not in ("tuned", "empty")
+        return self.source not in ("tuned", "empty", "skipped")
 
 
 @attrs.frozen
