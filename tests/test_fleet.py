@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -18,7 +19,7 @@ from tunesmith.cache.dist_store import DistributedStoreLayer
 from tunesmith.cache.filelocks import FileLocks
 from tunesmith.cache.flight import HeldElsewhere
 from tunesmith.fleet import deferring, defers, run_split, select_each
-from tunesmith_hookspecs import Timing
+from tunesmith_hookspecs import ChoiceSpec, Timing
 
 from conftest import Mine, MineChoice, rand
 
@@ -162,6 +163,92 @@ def test_a_problem_held_by_another_process_is_put_off_then_taken(tmp_path, monke
     with deferring():
         assert tunesmith.tune("mm", a, b).report.source != "tuned"
     assert tunesmith.counters["autotune_taken"] == 1 and tunesmith.counters["autotune_tuned"] == 0
+
+
+class Built:
+    """A run-time backend whose one choice records the thread of each precompile (``where``)."""
+
+    name = "built"
+
+    def __init__(self) -> None:
+        self.where: list[str] = []
+
+    @tunesmith.hookimpl
+    def tunesmith_choices(self, problem, options):
+        return [BuiltChoice(problem, self.where)]
+
+
+class BuiltChoice(MineChoice):
+    def __init__(self, problem, where):
+        super().__init__(problem)
+        self.spec, self.where = ChoiceSpec("built", "ops"), where
+
+    def precompile(self):
+        self.where.append(threading.current_thread().name)
+
+
+def _wait_for(what: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not what():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.01)
+
+
+def test_a_winner_published_while_put_off_is_built_on_a_thread_as_it_arrives(tmp_path, monkeypatch, register):
+    """A problem held by another process is put off; once the holder publishes its entry, the
+    winner is rebuilt and precompiled here on a thread, before the problem comes back, and taking
+    it then builds nothing more (``autotune_built_ahead``)."""
+    backend = Built()
+    register(backend)
+    monkeypatch.setenv("TUNESMITH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TUNESMITH_BACKENDS", "built")
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    key = tunesmith.tune("mm", a, b).report.key
+    tunesmith.reset()
+    entry = next((tmp_path / "entries").glob(f"*/{key}.json"))
+    saved = entry.read_bytes()
+    entry.unlink()
+    holder = FileLocks(tmp_path)
+    token = holder.acquire(key, 30.0)
+    backend.where.clear()
+    with deferring(ahead=True), pytest.raises(HeldElsewhere):
+        tunesmith.tune("mm", a, b)
+    entry.write_bytes(saved)  # the holder publishes, and lets go
+    holder.release(key, token)
+    _wait_for(lambda: len(backend.where) == 1)
+    assert backend.where[0].startswith("tunesmith-build-")
+    with deferring():
+        assert tunesmith.tune("mm", a, b).report.source == "local"
+    assert len(backend.where) == 1  # built once, on the thread
+    counts = tunesmith.counters
+    assert (counts["autotune_taken"], counts["autotune_built_ahead"], counts["autotune_tuned"]) == (1, 1, 0)
+
+
+def test_in_a_first_pass_a_winner_found_but_not_built_here_is_put_off_and_built_on_a_thread(
+    tmp_path, monkeypatch, register
+):
+    """A process that comes late finds others' entries: in the split's first pass each is put off
+    (the process tunes what is left meanwhile) while a thread builds its winner; out of the first
+    pass, the selection waits for the build instead."""
+    backend = Built()
+    register(backend)
+    monkeypatch.setenv("TUNESMITH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TUNESMITH_BACKENDS", "built")
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    tunesmith.tune("mm", a, b)
+    tunesmith.reset()
+    backend.where.clear()
+    with deferring(ahead=True), pytest.raises(HeldElsewhere):
+        tunesmith.tune("mm", a, b)
+    _wait_for(lambda: len(backend.where) == 1)
+    with deferring(ahead=True):
+        assert tunesmith.tune("mm", a, b).report.source == "local"
+    assert backend.where[0].startswith("tunesmith-build-") and len(backend.where) == 1
+    assert tunesmith.counters["autotune_built_ahead"] == 1 and not tunesmith.counters["autotune_deferred"]
+    tunesmith.reset()
+    with deferring():  # no first pass: taken at once, built here
+        assert tunesmith.tune("mm", a, b).report.source == "local"
+    assert backend.where[1] == threading.current_thread().name
 
 
 def test_without_file_locks_a_process_tunes_alone_and_says_so_once(tmp_path, monkeypatch, caplog):

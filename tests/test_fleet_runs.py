@@ -3,7 +3,9 @@ the cold tune, through each engine (one local cache folder; Redis; memcached; a 
 group's store), with a backend whose tuning costs a fixed second a problem (``fixture_fleet``:
 four choices, each 0.25 s to benchmark). Every problem is tuned exactly once, and the whole
 set takes at most a fifth of one process's time. One process killed halfway: the others finish
-every problem, and only the one it was tuning is tuned twice."""
+every problem, and only the one it was tuning is tuned twice. Issue 36's runs: 4 processes over
+16 problems whose winner takes a second to build (``fixture_slowbuild``), benchmarking in worker
+processes, take at most half one process's time, on a local folder and on Redis."""
 
 from __future__ import annotations
 
@@ -30,11 +32,63 @@ PROBLEMS, PROCESSES, CHOICES = 32, 8, 4
 ALONE = 8
 #: benchmark runs of a choice: one warm-up and three timed
 RUNS = 4
+#: issue 36's runs: problems whose one choice besides ATen's builds for BUILD_S (and wins), split
+#: by BUILD_PROCESSES processes benchmarking in worker processes
+BUILD_PROBLEMS, BUILD_PROCESSES, BUILD_S = 16, 4, 1.0
+BUILD_BACKENDS = "aten,fixture_slowbuild"
+#: the one-process yardstick of the build runs is timed on this many of the problems, and scaled
+BUILD_ALONE = 4
 WORKER = Path(__file__).with_name("fleet_worker.py")
 ENGINES = ("local", "redis", "memcache", "gloo")
 #: in the kill test, a dead holder's lock expires this fast on the servers and the store (file
 #: locks die with it); elsewhere the default, so that a starved heartbeat never loses a lock
 LOCK_TTL_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def build_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Issue 36's set: ``BUILD_PROBLEMS`` mm problems (ATen's choice, and ``fixture_slowbuild``'s)."""
+    path = tmp_path_factory.mktemp("fleet-build") / "set.json"
+    case = {"op": "mm", "N": 8, "K": 8, "dtype": "float32"}
+    cases = [{"name": f"mm{i}", "M": 8 + i, **case} for i in range(BUILD_PROBLEMS)]
+    path.write_text(json.dumps({"cases": cases}))
+    return path
+
+
+def build_env(log: Path) -> dict[str, str]:
+    """A fleet worker's settings for the build runs: benchmarking in a worker process (as on a
+    GPU), each build ``BUILD_S``, logged to ``log``."""
+    return {"TUNESMITH_BENCHMARK": "subprocess", "FIXTURE_SLOWBUILD_S": str(BUILD_S), "FIXTURE_SLOWBUILD_LOG": str(log)}
+
+
+def builds(log: Path) -> list[tuple[int, str, float]]:
+    """(pid, problem shape, start) of every build ``fixture_slowbuild`` logged."""
+    lines = log.read_text().split("\n") if log.exists() else []
+    return [(int(pid), shape, float(began)) for pid, shape, began, _, _ in (ln.split() for ln in lines if ln)]
+
+
+@pytest.fixture(scope="module")
+def one_process_build_s(
+    build_set: Path, fixture_sites: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> float:
+    """The build set's time in one process alone, measured once per session on ``BUILD_ALONE`` of
+    the problems: the benchmark worker's start (to the first build) once, the rest scaled to the
+    set (every problem costs the same two builds: one in the worker, one where it is taken)."""
+    shared = _session_folder(tmp_path_factory) / "fleet-one-process-build.json"
+    with (shared.parent / "fleet-one-process.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not shared.exists():
+            part = tmp_path_factory.mktemp("alone-build-set") / "set.json"
+            part.write_text(json.dumps({"cases": json.loads(build_set.read_text())["cases"][:BUILD_ALONE]}))
+            root = tmp_path_factory.mktemp("alone-build")
+            env = build_env(root / "builds.log")
+            run = Fleet(root, part, fixture_sites["bench"], "local", 1, backends=BUILD_BACKENDS, env=env)
+            (out,) = run.finish()["outs"]
+            assert out["counters"].get("autotune_tuned") == BUILD_ALONE, out
+            first = min(began for _, _, began in builds(root / "builds.log"))
+            scaled = first - out["start"] + (out["end"] - first) * BUILD_PROBLEMS / BUILD_ALONE
+            shared.write_text(json.dumps(scaled))
+        return json.loads(shared.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +118,13 @@ def one_process_s(problem_set: Path, fixture_sites: dict[str, Path], tmp_path_fa
 
 @pytest.fixture
 def fleet(problem_set: Path, fixture_sites: dict[str, Path], tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
-    """``fleet(engine, lock_ttl_s=...)``: a started fleet of ``PROCESSES`` workers in the test's
+    """``fleet(engine, lock_ttl_s=...)``: a started fleet of ``PROCESSES`` workers (or of
+    ``processes``, over ``cases``, with ``Fleet``'s other arguments) in the test's
     folder; whatever it still holds when the test ends (workers, server, turn) is given back."""
     started: list[Fleet] = []
 
-    def start(engine: str, **kwargs: Any) -> Fleet:
-        started.append(Fleet(tmp_path, problem_set, fixture_sites["bench"], engine, PROCESSES, **kwargs))
+    def start(engine: str, cases: Path = problem_set, processes: int = PROCESSES, **kwargs: Any) -> Fleet:
+        started.append(Fleet(tmp_path, cases, fixture_sites["bench"], engine, processes, **kwargs))
         return started[-1]
 
     yield start
@@ -97,6 +152,8 @@ class Fleet:
         processes: int,
         lock_ttl_s: float = 30.0,
         turn: Path | None = None,
+        backends: str = "fixture_fleet",
+        env: dict[str, str] | None = None,
     ) -> None:
         # root is a folder of this worker's base temp; the turns are taken across every worker
         shared = root.parent.parent if os.environ.get("PYTEST_XDIST_WORKER") else root.parent
@@ -108,17 +165,19 @@ class Fleet:
         try:  # whatever fails from here on gives back the turn, the server and the workers
             fcntl.flock(self.turn, fcntl.LOCK_EX)
             root.mkdir(parents=True, exist_ok=True)
-            self._start(problem_set, site, processes, lock_ttl_s)
+            self._start(problem_set, site, processes, lock_ttl_s, backends, env or {})
         except BaseException:
             self.release()
             raise
 
-    def _start(self, problem_set: Path, site: Path, processes: int, lock_ttl_s: float) -> None:
+    def _start(
+        self, problem_set: Path, site: Path, processes: int, lock_ttl_s: float, backends: str, extra: dict[str, str]
+    ) -> None:
         root, engine = self.root, self.engine
         self.server = KINDS[engine](root / "server").start() if engine in KINDS else None
         gloo = f"tcp://127.0.0.1:{free_port()}" if engine == "gloo" else None
         for rank in range(processes):
-            env = run_env(
+            settings = dict(
                 PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
                 FIXTURE_FLEET_LOG=str(self.log),
                 TUNESMITH_BENCHMARK="inprocess",
@@ -129,6 +188,7 @@ class Fleet:
                 # one folder shared on one host; else a folder each, as on hosts of their own
                 TUNESMITH_CACHE_DIR=str(root / ("cache" if engine == "local" else f"cache{rank}")),
             )
+            env = run_env(**settings | extra)
             if self.server is not None:
                 env[f"TUNESMITH_{self.server.setting.upper()}"] = self.server.address
                 env["TUNESMITH_CACHES"] = f"local,{layer_name(self.server)}"
@@ -136,7 +196,7 @@ class Fleet:
                 env |= {"FLEET_GLOO": gloo, "FLEET_RANK": str(rank), "FLEET_WORLD": str(processes)}
             out = root / f"out{rank}.json"
             command = [sys.executable, str(WORKER), str(out), str(self.start_file), str(self.end_file), "--"]
-            command += ["tune", str(problem_set), "--backends", "fixture_fleet"]
+            command += ["tune", str(problem_set), "--backends", backends]
             self.procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         deadline = time.monotonic() + 120  # 8 processes importing torch on 2 cores
         while not all((root / f"out{r}.ready").exists() for r in range(processes)):
@@ -247,6 +307,25 @@ def test_a_process_killed_halfway_loses_nothing_and_only_its_problem_is_tuned_ag
     assert victim not in survivors
     assert len(tunings[in_flight]) == 1 and tunings[in_flight][0] in survivors  # taken over, once
     assert all(len(pids) == 1 for pids in tunings.values()), tunings  # nothing else tuned twice
+
+
+@pytest.mark.parametrize("engine", ("local", "redis"))
+def test_four_processes_take_each_others_winners_as_they_arrive_in_half_the_time(
+    engine, fleet, build_set, one_process_build_s, tmp_path
+):
+    """Issue 36: each process tunes its share and builds the others' winners as they are published,
+    beside its own tuning; it used to build them one after another once through its own (a second
+    each), which left 4 processes at 0.73x one process's time."""
+    log = tmp_path / "builds.log"
+    run = fleet(engine, cases=build_set, processes=BUILD_PROCESSES, backends=BUILD_BACKENDS, env=build_env(log))
+    outcome = run.finish()
+    counters = [o["counters"] for o in outcome["outs"]]
+    assert sum(c.get("autotune_tuned", 0) for c in counters) == BUILD_PROBLEMS, counters
+    assert all(c.get("autotune_tuned", 0) > 0 for c in counters), counters  # each took its share
+    shapes = {f"{8 + i}x8x8" for i in range(BUILD_PROBLEMS)}
+    for out in outcome["outs"]:  # every process runs every winner: fixture_slowbuild's, built there
+        assert {shape for pid, shape, _ in builds(log) if pid == out["pid"]} == shapes
+    assert outcome["wall_s"] <= one_process_build_s / 2, (outcome["wall_s"], one_process_build_s)
 
 
 class NotInstalled(Redis):

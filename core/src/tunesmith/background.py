@@ -100,7 +100,7 @@ class Tuner:
             spec = None
             try:
                 spec = self._tune(job)
-            except BaseException:  # noqa: BLE001 - the thread serves every later job too
+            except Exception:  # the thread serves every later job too
                 log.exception("tunesmith: background tuning of a problem failed")
             finally:
                 with self._cond:

@@ -9,6 +9,7 @@ kept in memory only (``source`` "skipped").
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -32,7 +33,7 @@ from tunesmith.cost.prune import prune
 from tunesmith.cost.skip import skip_to_aten, skips
 from tunesmith.counting import bump
 from tunesmith.errors import CaptureError, NoValidChoicesError, TunesmithWarning
-from tunesmith.fleet import deferring, defers, patience
+from tunesmith.fleet import Arrivals, builds_ahead, deferring, defers, patience
 from tunesmith.ops import measured, reference, relative_error, tolerance
 from tunesmith.plugins import get_system
 from tunesmith.problem import check_fits
@@ -84,12 +85,15 @@ _memory: dict[str, Selection] = {}
 _memory_lock = threading.Lock()
 #: keys this process found held by another process (``defer``) and has not selected since
 _deferred: set[str] = set()
+#: the winners of those keys, rebuilt and precompiled here as other processes publish them
+_arrivals: Arrivals[SelectionEntry, Choice | None] = Arrivals()
 
 
 def clear_memory() -> None:
     with _memory_lock:
         _memory.clear()
     _deferred.clear()
+    _arrivals.clear()
 
 
 def describe(problem: Problem) -> str:
@@ -115,16 +119,23 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
     """The selection for ``problem``, from the first cache layer that has it, else freshly tuned.
     Raises :class:`CaptureError` during a CUDA graph's capture (a compiled graph selects its
     kernels when compiling or in the warm-up run before capture). Within ``fleet.deferring()``,
-    raises :class:`HeldElsewhere` where another process is tuning it, instead of waiting."""
+    raises :class:`HeldElsewhere` where another process is tuning it, instead of waiting (and with
+    ``ahead``, where its winner, found in the caches, is still being built on a thread here)."""
     if capturing():
         raise CaptureError(f"cannot select a kernel for {describe(problem)} while a CUDA graph is captured")
     device = inputs[0].device
     key = selection_key(problem, device, _backends_with_versions(options))
     if (selection := _from_memory(problem, inputs, key, options)) is not None:
         return selection
+    if builds_ahead() and _arrivals.building(key):
+        raise HeldElsewhere(key)  # its winner, found before, is still being built here
     stack = CacheStack(hooks.cache_layers(options), "autotune", options.cache_secret, options.cache_backoff_s)
 
     first = stack.get(key, _parse_entry)
+    if first is not None and builds_ahead() and not _arrivals.ready(key, first[0]):
+        # split with other processes: its winner is built on a thread while this one tunes others
+        _arrivals.watch(key, stack, _parse_entry, *_watching(problem, options, device), entry=first[0])
+        raise HeldElsewhere(key)
     selection = _found(stack, problem, inputs, key, first, options)
     if selection is not None and key in _deferred:
         bump("autotune_taken")  # another process tuned it while this one held off
@@ -157,8 +168,10 @@ def select(problem: Problem, inputs: Sequence[torch.Tensor], options: Options) -
             if key not in _deferred:
                 _deferred.add(key)
                 bump("autotune_deferred")
+                _arrivals.watch(key, stack, _parse_entry, *_watching(problem, options, device))
             raise
     _deferred.discard(key)
+    _arrivals.forget(key)
     with _memory_lock:
         _memory[key] = selection
     hooks.selection_done(selection.report, options)
@@ -250,14 +263,19 @@ def _cached(
 
 
 def _from_cache(problem: Problem, key: str, entry: SelectionEntry, layer: str, options: Options) -> Selection | None:
-    choice = hooks.rebuild_choice(entry.chosen, problem, options)
+    built = _arrivals.claim(key, entry)  # rebuilt already, as it arrived (another process's winner)?
     error = "no installed plugin rebuilds it"
-    if choice is not None:
-        try:
-            choice.precompile()
+    try:
+        if built is not None:
+            choice = built.result()
+        else:
+            choice = hooks.rebuild_choice(entry.chosen, problem, options)
+            if choice is not None:
+                choice.precompile()
+        if choice is not None:
             return _make(problem, key, entry, choice.kernel(), layer)
-        except Exception as exc:  # noqa: BLE001 - a stale entry is re-tuned, not fatal
-            error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a stale entry is re-tuned, not fatal
+        error = f"{type(exc).__name__}: {exc}"
     bump("cache_rebuild_failed")
     warnings.warn(
         f"cached choice {entry.chosen} (from {layer!r}) cannot run here ({error}); tuning again",
@@ -265,6 +283,23 @@ def _from_cache(problem: Problem, key: str, entry: SelectionEntry, layer: str, o
         stacklevel=3,
     )
     return None
+
+
+def _watching(
+    problem: Problem, options: Options, device: torch.device
+) -> tuple[Callable[[SelectionEntry], Choice | None], int, float]:
+    """How :data:`_arrivals` builds an entry's winner on a thread (rebuilt and precompiled, on
+    ``device``'s GPU where it is one; None where no plugin rebuilds it), how many at once, and
+    how long it looks for the entry."""
+
+    def build(entry: SelectionEntry) -> Choice | None:
+        choice = hooks.rebuild_choice(entry.chosen, problem, options)
+        if choice is not None:
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                choice.precompile()
+        return choice
+
+    return build, options.compile_threads, options.cache_lock_wait_s
 
 
 def _offered(problem: Problem, options: Options) -> tuple[list[Choice], dict[str, str]]:

@@ -94,9 +94,11 @@ class CacheStack:
         """The store of this process's ``torch.distributed`` job among the layers, unless skipped."""
         return next((x for x in self.layers if isinstance(x, DistributedStoreLayer) and self.usable(x, key)), None)
 
-    def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False) -> tuple[T, str] | None:
+    def get(self, key: str, parse: Callable[[Any], T], quiet: bool = False, peek: bool = False) -> tuple[T, str] | None:
         """The first valid entry for ``key`` and the name of its layer; bad entries are misses.
-        ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry).
+        ``quiet`` leaves misses and bad entries unreported (a process polling for another's entry);
+        ``peek`` is quiet and leaves hits uncounted and the layers above unfilled (a look ahead:
+        the selection that takes the entry later counts and fills).
         In a ``torch.distributed`` job the job's store is asked first: its entry is the job's answer
         (an entry found elsewhere is the caller's to :meth:`publish` once it has run it)."""
         job = self.job_layer(key)
@@ -107,15 +109,17 @@ class CacheStack:
                 raw = layer.get(key)
             except BadEntry as exc:  # refused unread (over the size bound): a bad entry, not a layer failure
                 raw = None
-                self.invalid(layer, key, exc, quiet)
+                self.invalid(layer, key, exc, quiet or peek)
             except Exception as exc:  # noqa: BLE001 - a layer's failure is a miss, never a crash
                 self.failed(layer, key, "read", exc)
                 continue
-            value = None if raw is None else self._parse(layer, key, raw, parse, quiet)
+            value = None if raw is None else self._parse(layer, key, raw, parse, quiet or peek)
             if value is None:
-                if not quiet:
+                if not (quiet or peek):
                     bump(f"{self.kind}_{_scope(layer)}_miss")
                 continue
+            if peek:
+                return value, layer.name
             bump(f"{self.kind}_{_scope(layer)}_hit")
             above = self.layers[: self.layers.index(layer)]
             self._put_into([x for x in above if x is not job], key, raw)
