@@ -81,14 +81,20 @@ class Tuner:
     # -- the tuner thread --
 
     def submit(self, job: Job) -> None:
+        """Queue ``job``; it waits for :meth:`start` (a graph's second call, or ``wait()``), so that
+        tuning takes no time from the compile and the first step."""
         with self._cond:
             self._queue.append(job)
             self._jobs.append(job)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="tunesmith-tuner", daemon=True)
-                self._thread.start()
             self._cond.notify_all()
         bump("background_queued")
+
+    def start(self) -> None:
+        """Start the tuner thread, where jobs are queued and it is not running."""
+        with self._cond:
+            if self._queue and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._run, name="tunesmith-tuner", daemon=True)
+                self._thread.start()
 
     def _run(self) -> None:
         while True:
@@ -242,6 +248,7 @@ def wait(timeout: float | None = None) -> bool:
     waiting for its winners has them in use; True when all is done, False at ``timeout`` seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
     devices = _devices()
+    tuner.start()
     while True:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:

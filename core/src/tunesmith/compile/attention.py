@@ -382,7 +382,7 @@ def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options, background: 
         if is_empty(problem):
             return 0
         spec, kernel = _kernel(problem, inputs, options, background)
-    key = f"{problem.key()}:{len(_kernels)}"
+    key = f"{problem.key()}:{spec}"  # the same in every process: AOTAutograd's cache keys on it
     _kernels[key] = kernel
     args = [site.q, site.k, site.v, *([mask] if mask is not None else [])]
     if maskv is not None and maskv.dim() < 4:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch.fx as fx
+from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from tunesmith import hooks
@@ -34,6 +35,9 @@ from tunesmith.counting import bump
 from tunesmith.passes import pass_uuid
 from tunesmith.plugins import get_system
 from tunesmith_hookspecs import SPEC_VERSION
+
+#: how AOTAutograd's cache names the function a rewritten attention calls (``attention.call``)
+ATTENTION_CALL = "tunesmith.compile.attention.call"
 
 
 class _Stage(CustomGraphPass):
@@ -121,6 +125,9 @@ def compile_with_inductor(
     }
     if background is not None:
         patches["fx_graph_cache"] = False
+    marked = getattr(inductor_config, "unsafe_marked_cacheable_functions", None)
+    if isinstance(marked, dict):  # a rewritten attention's call: its argument names the Problem and the kernel
+        patches["unsafe_marked_cacheable_functions"] = {**marked, ATTENTION_CALL: ident}
     served = _Served(settings)
     return served.watch(compile_fx)(
         gm, example_inputs, inner_compile=served.watch(compile_fx_inner), config_patches=patches

@@ -48,11 +48,12 @@ class Background:
 
     def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, compile: Compile):
         self._original = _copy(gm)  # before any pass changes it
-        self._inputs = list(example_inputs)
+        self._inputs = list(example_inputs)  # real tensors (Dynamo's), kept for the second compile
+        context = torch._guards.TracingContext.try_get()
+        known = context.tensor_to_context if context is not None else {}
+        self._symbolic = [(t, known[t]) for t in self._inputs if isinstance(t, torch.Tensor) and t in known]
         self._settings = settings
         self._compile = compile
-        context = torch._guards.TracingContext.try_get()
-        self._fake_mode = context.fake_mode if context is not None else None
         self._devices = sorted(
             {t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"}, key=str
         )
@@ -105,7 +106,8 @@ class Background:
     def __call__(self, *args: Any) -> Any:
         if not self.swapped:
             self._calls += 1
-            if self.placeholders and self._calls > 1:  # the first step never waits
+            if self.placeholders and self._calls > 1:  # the first step neither waits nor shares the host
+                tuner.start()
                 gap_at_boundary(self._settings, self._devices)
             if self._calls > 1 and self.ready():  # after one call: a backward compiles at its first
                 self.swap_now()
@@ -129,8 +131,7 @@ class Background:
         changed = sum(1 for key, spec in self.placeholders.items() if self.known.get(key) != spec)
         began = time.monotonic()
         blocking = attrs.evolve(self._settings, tuning="blocking")
-        context = torch._guards.TracingContext(self._fake_mode)  # fresh: the first compile's state is spent
-        with torch._guards.tracing(context):
+        with torch._guards.tracing(_fresh_context(self._symbolic)):
             self.current = self._compile(self._original, self._inputs, blocking, None)
         self.swapped = True
         bump("background_swapped")
@@ -148,12 +149,32 @@ class Background:
 
 
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:
-    """``gm`` with a graph of its own (its nodes' metadata shared), its attributes the same objects."""
+    """``gm`` with a graph of its own, its attributes the same objects, and what Dynamo tells
+    AOTAutograd through the graph module (its id, the parameters' sources, each input's source):
+    without it the parameters are not static inputs of the CUDA graphs, nor the shapes static."""
     graph = fx.Graph()
     values: dict[fx.Node, fx.Node] = {}
-    result = graph.graph_copy(gm.graph, values)
-    graph.output(result)
-    return fx.GraphModule(gm, graph)
+    graph.output(graph.graph_copy(gm.graph, values))
+    copied = fx.GraphModule(gm, graph)
+    copied.meta = dict(gm.meta)
+    for name, value in vars(gm).items():  # what Dynamo set on it: _param_name_to_source, ...
+        vars(copied).setdefault(name, value)
+    for old, new in values.items():
+        if hasattr(old, "_dynamo_source"):
+            new._dynamo_source = old._dynamo_source  # type: ignore[attr-defined]
+    return copied
+
+
+def _fresh_context(symbolic: list[tuple[torch.Tensor, Any]]) -> torch._guards.TracingContext:
+    """A tracing context as Dynamo makes one, with Dynamo's symbolic contexts of the real example
+    inputs (its own context is spent: reused after its compile, it traces into symbolic sizes)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    context = torch._guards.TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
+    for tensor, symbolic_context in symbolic:
+        context.tensor_to_context[tensor] = symbolic_context
+    return context
 
 
 def _stack(settings: Options) -> CacheStack:
