@@ -119,11 +119,11 @@ class Background:
         if self.swapped or not self.ready():
             return
         if not self.placeholders:  # every Problem was known when compiling
-            self.swapped = True
+            self._settle()
             self.mark()
             return
         if self._failed:  # a compile in blocking mode would tune those again: the graph keeps its placeholders
-            self.swapped = True
+            self._settle()
             log.warning(
                 "tunesmith: %d of a graph's Problems could not be tuned; it keeps running ATen there", self._failed
             )
@@ -133,7 +133,7 @@ class Background:
         blocking = attrs.evolve(self._settings, tuning="blocking")
         with torch._guards.tracing(_fresh_context(self._symbolic)):
             self.current = self._compile(self._original, self._inputs, blocking, None)
-        self.swapped = True
+        self._settle()
         bump("background_swapped")
         log.info(
             "tunesmith: a graph took its %d tuned kernels (%d not its placeholder) %.1f s after its compile; "
@@ -141,6 +141,11 @@ class Background:
             len(self.placeholders), changed, began - self._first, time.monotonic() - began,
         )  # fmt: skip
         self.mark()
+
+    def _settle(self) -> None:
+        """No more compiles of this graph: let go of its copy and its example inputs."""
+        self.swapped = True
+        self._original, self._inputs, self._symbolic = None, [], []  # type: ignore[assignment]
 
     def mark(self) -> None:
         """Store the mark that this graph's Problems are all tuned (its key and every spec)."""
