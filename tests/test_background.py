@@ -190,7 +190,7 @@ PROGRAM = """
 import json, sys, torch, tunesmith
 torch.manual_seed(0)
 x, w1, w2 = torch.randn(32, 16), torch.randn(16, 24), torch.randn(24, 8)
-compiled = torch.compile(lambda x, w1, w2: torch.relu(x @ w1) @ w2, backend="tunesmith")
+compiled = torch.compile(lambda x, w1, w2: (x @ w1) @ w2, backend="tunesmith")
 compiled(x, w1, w2)
 compiled(x, w1, w2)
 assert tunesmith.wait(120)
@@ -199,8 +199,11 @@ json.dump(dict(tunesmith.counters), open(sys.argv[1], "w"))
 """
 
 
-def test_a_second_process_finds_the_graph_tuned_and_tunes_nothing(tmp_path: Path):
-    env = run_env(TUNESMITH_GRAPH_COMPILER="eager")
+@pytest.mark.parametrize("compiler", ["eager", "inductor"])
+def test_a_second_process_finds_the_graph_tuned_and_tunes_nothing(tmp_path: Path, compiler: str):
+    """With Inductor, the second compile in the first process is the one Inductor's caches (FX
+    graph and AOTAutograd) serve to the second process whole (two mms: no C++ to build)."""
+    env = run_env(TUNESMITH_GRAPH_COMPILER=compiler, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     counts = []
     for i in range(2):
         out = tmp_path / f"counters{i}.json"
@@ -210,6 +213,8 @@ def test_a_second_process_finds_the_graph_tuned_and_tunes_nothing(tmp_path: Path
     assert cold["background_queued"] == 2 and cold["background_swapped"] == 1 and cold["autotune_tuned"] == 2
     assert warm.get("background_graph_known") == 1
     assert warm.get("background_queued", 0) == 0 and warm.get("autotune_tuned", 0) == 0
+    if compiler == "inductor":
+        assert cold.get("compiled_graph_inductor_hit", 0) == 0 and warm.get("compiled_graph_inductor_hit") == 1
 
 
 def test_status_is_readable_from_another_thread_while_tuning(register):

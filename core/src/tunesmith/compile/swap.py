@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from tunesmith import hooks
 from tunesmith.background import Job, gap_at_boundary, tuner
@@ -160,7 +161,7 @@ def _copy(gm: fx.GraphModule) -> fx.GraphModule:
     graph = fx.Graph()
     values: dict[fx.Node, fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, values))
-    copied = fx.GraphModule(gm, graph)
+    copied = _make_graph_module(gm, graph)  # lazy, as Dynamo makes it: AOTAutograd's cache key reads its fields
     copied.meta = dict(gm.meta)
     for name, value in vars(gm).items():  # what Dynamo set on it: _param_name_to_source, ...
         vars(copied).setdefault(name, value)
