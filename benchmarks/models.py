@@ -18,8 +18,13 @@ and ``t5`` (a T5-base encoder, whose attention adds a relative position bias to 
 Variants (``VARIANTS``): ``eager``; ``inductor`` (Inductor default); ``reduce_overhead``
 (default with CUDA graphs); ``max_autotune`` (with CUDA graphs: the anchor); ``max_autotune_nocg``;
 ``tunesmith_default`` (``backend="tunesmith"``, no options); ``tunesmith`` (as docs/compile.md
-tells users to run it for speed: ``mode="max-autotune"``); ``tunesmith_aten_only`` (the same with
-``backends=["aten"]``: tuning must never lose to it).
+tells users to run it for speed: ``mode="max-autotune"``); ``tunesmith_background`` (the same with
+``tuning="background"``: its first step runs ATen where nothing is known; it then steps until
+every tuned kernel is swapped in, ``tuned_after_s`` seconds after the first step, and is timed
+after ``tunesmith.wait()``, its errors after tuning in ``tuned_*_rel_err``);
+``tunesmith_aten_only`` (``backends=["aten"]``: tuning must never lose to it). tunesmith rows
+record what their first step tuned, queued and found (``first_step_counters``, and
+``warm_first_step_counters`` for the warm process).
 
 Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
 own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
