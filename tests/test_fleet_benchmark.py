@@ -34,7 +34,15 @@ def test_two_ranks_split_the_cold_tune_and_run_the_same_plan(tmp_path):
     assert not alone["store_layer"] and all(r["store_layer"] and r["backends"] == ["aten"] for r in ranks)
     plans = [{key: entry["specs"] for key, entry in r["plan"].items()} for r in ranks]
     assert plans[0] == plans[1] and all(len(specs) == 1 for specs in plans[0].values())
-    assert set(plans[0]) == set(alone["plan"]) and len(plans[0]) == body["problems"] > 0
+    differ = (
+        {k: e["problem"] for row in body["rows"] for k, e in row["plan"].items()}
+        if set(plans[0]) != set(alone["plan"])
+        else {}
+    )
+    assert set(plans[0]) == set(alone["plan"]), sorted(
+        (k[:8], differ[k], k in alone["plan"]) for k in set(plans[0]) ^ set(alone["plan"])
+    )
+    assert len(plans[0]) == body["problems"] > 0
     assert sum(r["counters"].get("autotune_tuned", 0) for r in ranks) == body["problems"] == body["tuned"]
     assert alone["counters"]["autotune_tuned"] == body["problems"]
     expected = max(r["first_step_s"] for r in ranks) / alone["first_step_s"]
