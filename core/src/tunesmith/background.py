@@ -109,10 +109,10 @@ class Tuner:
             except Exception:  # the thread serves every later job too
                 log.exception("tunesmith: background tuning of a problem failed")
             finally:
+                job.done(spec)  # first: once the job reads done, its graph knows the winner
                 with self._cond:
                     job.state = "done" if spec is not None else "failed"
                     self._cond.notify_all()
-                job.done(spec)
 
     def _tune(self, job: Job) -> ChoiceSpec | None:
         from tunesmith.selection import describe, select
