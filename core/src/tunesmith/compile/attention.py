@@ -26,13 +26,13 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from tunesmith import hooks
 from tunesmith.attention import OP
-from tunesmith.compile.swap import Background
+from tunesmith.compile.swap import Background, select_or_queue
 from tunesmith.config import Options
 from tunesmith.counting import bump
 from tunesmith.errors import NoValidChoicesError, ProblemError
 from tunesmith.problem import build_problem, is_empty, tensor_like, tensor_meta
-from tunesmith.selection import lookup, select
-from tunesmith_hookspecs import ChoiceSpec, Problem
+from tunesmith.selection import Selection
+from tunesmith_hookspecs import ChoiceSpec
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,9 @@ def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options, background: 
         problem, inputs = build_problem(OP, tensors, scalars)
         if is_empty(problem):
             return 0
-        spec, kernel = _kernel(problem, inputs, options, background)
+        chosen = select_or_queue(problem, inputs, options, background, PLACEHOLDER)
+        spec = chosen.spec
+        kernel = chosen.kernel if isinstance(chosen, Selection) else chosen.kernel()
     key = f"{problem.key()}:{spec}"  # the same in every process: AOTAutograd's cache keys on it
     _kernels[key] = kernel
     args = [site.q, site.k, site.v, *([mask] if mask is not None else [])]
@@ -399,26 +401,6 @@ def _rewrite_site(gm: fx.GraphModule, site: Site, options: Options, background: 
     bump("attention_rewritten")
     log.info("attention %s: %s", site.output.name, spec)
     return 1
-
-
-def _kernel(
-    problem: Problem, inputs: list[torch.Tensor], options: Options, background: Background | None
-) -> tuple[ChoiceSpec, Callable[..., torch.Tensor]]:
-    """The attention's spec and kernel: selected, or with ``background`` looked up, else the placeholder
-    (queued on ``background`` for background tuning)."""
-    with torch.no_grad():
-        selection = lookup(problem, inputs, options) if background is not None else None
-        if selection is None and background is not None:
-            choice = hooks.rebuild_choice(PLACEHOLDER, problem, options)
-            if choice is not None:
-                choice.precompile()
-                background.placeholder(problem, PLACEHOLDER, inputs[0].device, options)
-                return PLACEHOLDER, choice.kernel()
-        if selection is None:
-            selection = select(problem, inputs, options)
-    if background is not None:
-        background.answered(problem, selection.spec)
-    return selection.spec, selection.kernel
 
 
 def _symbolic(t: torch.Tensor) -> bool:

@@ -29,12 +29,12 @@ from tunesmith.cache.stack import CacheStack
 from tunesmith.compile import dispatch
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
 from tunesmith.compile.lowering import AtenLowering, Lowered, lower, restore, symbolic
-from tunesmith.compile.swap import Background
+from tunesmith.compile.swap import Background, select_or_queue
 from tunesmith.config import Options
 from tunesmith.counting import bump
 from tunesmith.fleet import select_each
 from tunesmith.problem import is_empty, tensor_like, tensor_meta
-from tunesmith.selection import Selection, lookup, select
+from tunesmith.selection import Selection
 from tunesmith_hookspecs import ChoiceSpec, Problem, SelectionReport
 
 log = logging.getLogger(__name__)
@@ -145,19 +145,12 @@ def _prepare(
         dispatch.remember(item.recipe, tensors, choice.kernel(), problem)
         hooks.selection_done(SelectionReport(problem, problem.key(), spec, (), source="plan"), options)
         return problem.key(), spec
-    with torch.no_grad():
-        selection = lookup(problem, inputs, options) if background is not None else None
-    if selection is None and background is not None and (own := hooks.rebuild_choice(GRAPH_OWN, problem, options)):
-        background.placeholder(problem, GRAPH_OWN, inputs[0].device, options)
+    selection = select_or_queue(problem, inputs, options, background, GRAPH_OWN)
+    if not isinstance(selection, Selection):  # ATen's op until tuned in the background
         if pending is not None:
             pending.append(problem.key())
-        dispatch.remember(item.recipe, tensors, own.kernel(), problem)  # where ATen's ops cannot take it back
+        dispatch.remember(item.recipe, tensors, selection.kernel(), problem)  # where ATen's ops cannot take it back
         return problem.key(), GRAPH_OWN
-    if selection is None:  # blocking, or no ATen to run meanwhile
-        with torch.no_grad():
-            selection = select(problem, inputs, options)
-    if background is not None:
-        background.answered(problem, selection.spec)
     spec, kernel = selection.spec, selection.kernel
     if not options.cudagraphs and spec != GRAPH_OWN and problem.device == "cuda":
         spec, kernel = _with_launch_cost(item.recipe, problem, tensors, selection, options)

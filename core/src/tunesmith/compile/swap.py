@@ -35,7 +35,8 @@ from tunesmith.cache.stack import CacheStack
 from tunesmith.compile.graphcache import Unkeyable, graph_key, parse_plan, plan_payload
 from tunesmith.config import Options
 from tunesmith.counting import bump
-from tunesmith_hookspecs import ChoiceSpec, Problem
+from tunesmith.selection import Selection, lookup, select
+from tunesmith_hookspecs import Choice, ChoiceSpec, Problem
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,31 @@ class Background:
         """Store the mark that this graph's Problems are all tuned (its key and every spec)."""
         if self.mark_key is not None:
             _stack(self._settings).put(self.mark_key, plan_payload(dict(self.known)), parse_plan)
+
+
+def select_or_queue(
+    problem: Problem,
+    inputs: Sequence[torch.Tensor],
+    options: Options,
+    background: Background | None,
+    placeholder: ChoiceSpec,
+) -> Selection | Choice:
+    """What a compiled call of ``problem`` runs now: its selection (tuned here in blocking mode);
+    with ``background``, the caches' answer, else ``placeholder``'s choice, precompiled, with the
+    Problem queued on ``background`` (where no plugin rebuilds the placeholder, it is tuned here)."""
+    with torch.no_grad():
+        selection = lookup(problem, inputs, options) if background is not None else None
+        if selection is None and background is not None:
+            choice = hooks.rebuild_choice(placeholder, problem, options)
+            if choice is not None:
+                choice.precompile()
+                background.placeholder(problem, placeholder, inputs[0].device, options)
+                return choice
+        if selection is None:
+            selection = select(problem, inputs, options)
+    if background is not None:
+        background.answered(problem, selection.spec)
+    return selection
 
 
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:
