@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -140,6 +141,19 @@ def test_past_its_wait_the_split_selects_the_held_without_deferring():
     assert not defers()
 
 
+def _held_elsewhere(cache: Path, a: torch.Tensor, b: torch.Tensor) -> tuple[FileLocks, str, str, Path, bytes]:
+    """``mm(a, b)`` tuned into the cache folder, then its entry taken away and its lock held, as by
+    another process still tuning it: the holder, the key, the lock's token, the entry's file and
+    the entry's bytes (to publish it again)."""
+    key = tunesmith.tune("mm", a, b).report.key
+    tunesmith.reset()
+    entry = next((cache / "entries").glob(f"*/{key}.json"))
+    saved = entry.read_bytes()
+    entry.unlink()
+    holder = FileLocks(cache)
+    return holder, key, holder.acquire(key, 30.0), entry, saved
+
+
 def test_a_problem_held_by_another_process_is_put_off_then_taken(tmp_path, monkeypatch):
     """Two processes on one cache folder: while one holds a problem's file lock, the other's
     deferring selection raises HeldElsewhere; once the holder's entry is in, it is read
@@ -148,13 +162,7 @@ def test_a_problem_held_by_another_process_is_put_off_then_taken(tmp_path, monke
 
     monkeypatch.setenv("TUNESMITH_CACHE_DIR", str(tmp_path))
     a, b = torch.randn(8, 8), torch.randn(8, 8)
-    problem_key = tunesmith.tune("mm", a, b).report.key
-    tunesmith.reset()
-    entry = next((tmp_path / "entries").glob(f"*/{problem_key}.json"))
-    saved = entry.read_bytes()
-    entry.unlink()
-    holder = FileLocks(tmp_path)
-    token = holder.acquire(problem_key, 30.0)
+    holder, problem_key, token, entry, saved = _held_elsewhere(tmp_path, a, b)
     with deferring(), pytest.raises(HeldElsewhere):
         tunesmith.tune("mm", a, b)
     assert tunesmith.counters["autotune_deferred"] == 1
@@ -203,13 +211,7 @@ def test_a_winner_published_while_put_off_is_built_on_a_thread_as_it_arrives(tmp
     monkeypatch.setenv("TUNESMITH_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TUNESMITH_BACKENDS", "built")
     a, b = torch.randn(8, 8), torch.randn(8, 8)
-    key = tunesmith.tune("mm", a, b).report.key
-    tunesmith.reset()
-    entry = next((tmp_path / "entries").glob(f"*/{key}.json"))
-    saved = entry.read_bytes()
-    entry.unlink()
-    holder = FileLocks(tmp_path)
-    token = holder.acquire(key, 30.0)
+    holder, key, token, entry, saved = _held_elsewhere(tmp_path, a, b)
     backend.where.clear()
     with deferring(ahead=True), pytest.raises(HeldElsewhere):
         tunesmith.tune("mm", a, b)

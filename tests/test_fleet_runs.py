@@ -74,21 +74,19 @@ def one_process_build_s(
     """The build set's time in one process alone, measured once per session on ``BUILD_ALONE`` of
     the problems: the benchmark worker's start (to the first build) once, the rest scaled to the
     set (every problem costs the same two builds: one in the worker, one where it is taken)."""
-    shared = _session_folder(tmp_path_factory) / "fleet-one-process-build.json"
-    with (shared.parent / "fleet-one-process.lock").open("w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        if not shared.exists():
-            part = tmp_path_factory.mktemp("alone-build-set") / "set.json"
-            part.write_text(json.dumps({"cases": json.loads(build_set.read_text())["cases"][:BUILD_ALONE]}))
-            root = tmp_path_factory.mktemp("alone-build")
-            env = build_env(root / "builds.log")
-            run = Fleet(root, part, fixture_sites["bench"], "local", 1, backends=BUILD_BACKENDS, env=env)
-            (out,) = run.finish()["outs"]
-            assert out["counters"].get("autotune_tuned") == BUILD_ALONE, out
-            first = min(began for _, _, began in builds(root / "builds.log"))
-            scaled = first - out["start"] + (out["end"] - first) * BUILD_PROBLEMS / BUILD_ALONE
-            shared.write_text(json.dumps(scaled))
-        return json.loads(shared.read_text())
+
+    def measure() -> float:
+        part = tmp_path_factory.mktemp("alone-build-set") / "set.json"
+        part.write_text(json.dumps({"cases": json.loads(build_set.read_text())["cases"][:BUILD_ALONE]}))
+        root = tmp_path_factory.mktemp("alone-build")
+        env = build_env(root / "builds.log")
+        run = Fleet(root, part, fixture_sites["bench"], "local", 1, backends=BUILD_BACKENDS, env=env)
+        (out,) = run.finish()["outs"]
+        assert out["counters"].get("autotune_tuned") == BUILD_ALONE, out
+        first = min(began for _, _, began in builds(root / "builds.log"))
+        return first - out["start"] + (out["end"] - first) * BUILD_PROBLEMS / BUILD_ALONE
+
+    return _once_per_session(tmp_path_factory, "fleet-one-process-build", measure)
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +102,25 @@ def one_process_s(problem_set: Path, fixture_sites: dict[str, Path], tmp_path_fa
     """The whole set's time in one process alone (no fleet), the runs' yardstick: measured once
     per session, by whichever pytest-xdist worker needs it first, on ``ALONE`` of the problems
     and scaled to the set (every problem costs the same fixed second to tune)."""
-    shared = _session_folder(tmp_path_factory) / "fleet-one-process.json"
+
+    def measure() -> float:
+        part = tmp_path_factory.mktemp("alone-set") / "set.json"
+        part.write_text(json.dumps({"cases": json.loads(problem_set.read_text())["cases"][:ALONE]}))
+        outcome = Fleet(tmp_path_factory.mktemp("alone"), part, fixture_sites["bench"], "local", 1).finish()
+        assert sum(len(t) for t in outcome["tunings"].values()) == ALONE
+        return outcome["wall_s"] * PROBLEMS / ALONE
+
+    return _once_per_session(tmp_path_factory, "fleet-one-process", measure)
+
+
+def _once_per_session(tmp_path_factory: pytest.TempPathFactory, name: str, measure: Callable[[], float]) -> float:
+    """``measure()``, run once per test session by whichever pytest-xdist worker asks first (one
+    at a time) and read from a shared file by the others."""
+    shared = _session_folder(tmp_path_factory) / f"{name}.json"
     with (shared.parent / "fleet-one-process.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not shared.exists():
-            part = tmp_path_factory.mktemp("alone-set") / "set.json"
-            part.write_text(json.dumps({"cases": json.loads(problem_set.read_text())["cases"][:ALONE]}))
-            outcome = Fleet(tmp_path_factory.mktemp("alone"), part, fixture_sites["bench"], "local", 1).finish()
-            assert sum(len(t) for t in outcome["tunings"].values()) == ALONE
-            shared.write_text(json.dumps(outcome["wall_s"] * PROBLEMS / ALONE))
+            shared.write_text(json.dumps(measure()))
         return json.loads(shared.read_text())
 
 
