@@ -60,9 +60,10 @@ BAR = 0.6
 #: the counters shown in the table (every counter is in the rows)
 SHOWN = ("autotune_tuned", "autotune_taken", "autotune_deferred", "autotune_lock_waited", "autotune_lock_timeout")
 #: the environment of a ``--small`` job: aten only, the rest of each graph run eager
-#: ``--small``: ATen alone, the graphs run eager, and ties wide enough that the CPU's noisy timings
-#: do not change a winner between jobs (an attention winner decides which GEMMs its backward holds)
-SMALL_ENV = {"TUNESMITH_BACKENDS": "aten", "TUNESMITH_GRAPH_COMPILER": "eager", "TUNESMITH_TIE_TOLERANCE": "0.9"}
+#: ``--small``: ATen alone, the graphs run eager, and one thread a rank, so that a job's ranks, sharing
+#: the cores, time as a lone rank does (an attention winner decides which GEMMs its backward holds:
+#: torch's fused CPU kernel, threaded across two ranks on two cores, won alone and lost in the job)
+SMALL_ENV = {"TUNESMITH_BACKENDS": "aten", "TUNESMITH_GRAPH_COMPILER": "eager", "OMP_NUM_THREADS": "1"}
 
 
 # --- one rank (run by torchrun) ---
