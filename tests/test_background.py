@@ -112,6 +112,30 @@ def test_the_first_step_runs_aten_and_the_tuned_kernels_are_swapped_in_at_a_step
     assert tunesmith.status().idle
 
 
+def test_a_graph_traced_without_grad_is_compiled_again_without_grad_when_wait_swaps_it(register):
+    """An inference model (weights that require grad, stepped under ``no_grad``) whose swap happens
+    in ``tunesmith.wait()``, called outside ``no_grad``: its blocking compile is an inference graph
+    (one output), not a training forward that saves activations (it ran 4x slower on a CPU)."""
+    outputs: list[int] = []
+
+    class Outputs:
+        @tunesmith.hookimpl
+        def tunesmith_post_grad_passes(self, stage):
+            return [lambda graph: outputs.append(len(graph.output_node().args[0]))] if stage == "post" else []
+
+    register(Counted())
+    register(Outputs(), "outputs")
+    x, w1, w2 = rand(32, 16), rand(16, 24).requires_grad_(), rand(24, 8).requires_grad_()
+    compiled = torch.compile(mlp, backend="tunesmith", options={"backends": ["counted"]})
+    with torch.no_grad():
+        compiled(x, w1, w2)
+    assert outputs == [1]
+    assert tunesmith.wait() is True and tunesmith.counters["background_swapped"] == 1
+    assert outputs == [1, 1]
+    with torch.no_grad():
+        assert close(compiled(x, w1, w2), mlp(x, w1, w2))
+
+
 def test_blocking_tunes_every_kernel_before_the_first_step(register):
     counted = Counted()
     register(counted)

@@ -56,6 +56,7 @@ class Background:
         self._symbolic = [(t, known[t]) for t in self._inputs if isinstance(t, torch.Tensor) and t in known]
         self._settings = settings
         self._compile = compile
+        self._grad = torch.is_grad_enabled()  # Dynamo traced under it: an inference graph stays one
         self._devices = sorted(
             {t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"}, key=str
         )
@@ -133,7 +134,7 @@ class Background:
         changed = sum(1 for key, spec in self.placeholders.items() if self.known.get(key) != spec)
         began = time.monotonic()
         blocking = attrs.evolve(self._settings, tuning="blocking")
-        with torch._guards.tracing(_fresh_context(self._symbolic)):
+        with torch._guards.tracing(_fresh_context(self._symbolic)), torch.set_grad_enabled(self._grad):
             self.current = self._compile(self._original, self._inputs, blocking, None)
         self._settle()
         bump("background_swapped")
