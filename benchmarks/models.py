@@ -28,7 +28,8 @@ record what their first step tuned, queued and found (``first_step_counters``, a
 
 Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
 own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
-times the first step (``first_step_s``: compile, tuning and one run, to the GPU's last kernel);
+times the first step (``first_step_s``: compile, tuning and one run, to the GPU's last kernel;
+``torch.compile()`` itself, which loads the backend's modules, is ``compile_call_s``);
 then the relative error by norm of the outputs (and, training, of the input's and every weight's
 gradient: the largest) against eager; then ``step_ms``: after warm-up, the median of 5 rounds of
 20 steps enqueued back to back, timed with CUDA events; and ``gpu_ms``: the profiler's device time
@@ -54,8 +55,9 @@ and in turns (one process of each variant a round, after all of a run's rows), a
 medians; each process's times stay in the row (``step_ms_processes``, ``gpu_ms_processes``).
 
 Where the time goes: ``--kernels DIR`` writes each row's profiled kernels by name and its host
-profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant once
-more, cold, under cProfile, and writes where its first step's time went.
+profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant twice
+more under cProfile, cold and then on the row's warm caches, and writes where each first step's
+time went (``MODEL-VARIANT.cold.txt``, ``.warm.txt``).
 
 A model's rows are timed one after another, and an H100 under sustained load lowers its clock:
 each row records the SM clock after its timing (``sm_clock_mhz``); differences of a few percent
@@ -388,7 +390,9 @@ def measure(
     ref_out = step(model).detach().clone()
     ref_grads = grads()
     chosen = watch_choices(plan) if variant.startswith("tunesmith") else None
-    fn = compiled(variant, model)
+    began = time.perf_counter()
+    fn = compiled(variant, model)  # what torch.compile() itself loads (a backend's modules), before the first step
+    compile_call = time.perf_counter() - began
     if ready is not None:
         ready()
     sync()
@@ -398,9 +402,13 @@ def measure(
     sync()
     if profiler is not None:
         profiler.disable()
-        _write_profile(profiler, Path(os.environ[COLD_PROFILE_ENV]), "cumulative", 60)
+        _write_profile(profiler, Path(os.environ[COLD_PROFILE_ENV]), "cumulative", 60, mine=True)
     first = time.perf_counter() - start
-    row: dict[str, Any] = {"first_step_s": round(first, 3), "out_rel_err": rel_err(out, ref_out)}
+    row: dict[str, Any] = {
+        "first_step_s": round(first, 3),
+        "compile_call_s": round(compile_call, 3),
+        "out_rel_err": rel_err(out, ref_out),
+    }
     if train:
         row["grad_rel_err"] = max(rel_err(g, r) for g, r in zip(grads(), ref_grads, strict=True))
     if chosen is not None:
@@ -544,13 +552,20 @@ def _cold_profiler() -> Any:
     return profiler
 
 
-def _write_profile(profiler: Any, path: Path, order: str, rows: int) -> None:
+def _write_profile(profiler: Any, path: Path, order: str, rows: int, mine: bool = False) -> None:
+    """The ``rows`` costliest functions by ``order``; ``mine``: then tunesmith's own and the costliest
+    by own time too, and the whole profile beside it (``.prof``, for ``pstats``)."""
     import io
     import pstats
 
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(rows)
+    stats = pstats.Stats(profiler, stream=text).sort_stats(order)
+    stats.print_stats(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if mine:
+        stats.print_stats("tunesmith", rows)
+        stats.sort_stats("tottime").print_stats(rows // 2)
+        profiler.dump_stats(str(path.with_suffix(".prof")))
     path.write_text(text.getvalue())
 
 
@@ -696,6 +711,9 @@ class Runner:
             path = Path(self.args.cold_profile).resolve() / f"{model}-{variant}.cold.txt"
             profiled = {**self.caches(model, f"{variant}-profiled"), COLD_PROFILE_ENV: str(path)}
             self.process(model, variant, gpu, cpus, profiled, False)
+            # and one more warm process, on the row's caches: where a warm first step's time goes
+            warm_path = {COLD_PROFILE_ENV: str(path.with_name(f"{model}-{variant}.warm.txt"))}
+            self.process(model, variant, gpu, cpus, {**caches, **warm_path}, False)
         self.record(row)
 
     def retime(self, model: str, variants: list[str], gpu: int | None, cpus: list[int] | None) -> None:
@@ -895,7 +913,8 @@ def main() -> None:
         "--kernels", help="write each row's profiled kernels, by name, and its host profile to tables in this folder"
     )
     parser.add_argument(
-        "--cold-profile", help="run each warm-timed variant once more cold under cProfile; its profile to this folder"
+        "--cold-profile",
+        help="run each warm-timed variant once more cold and once warm under cProfile; the profiles to this folder",
     )
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --json, run the others")
     parser.add_argument("--chart", help="draw the step-time chart (PNG) here")

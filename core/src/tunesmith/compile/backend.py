@@ -46,10 +46,11 @@ def backend(
     """The ``tunesmith`` backend of ``torch.compile`` (registered under ``torch_dynamo_backends``);
     torch passes ``mode`` and ``options`` as given to ``torch.compile``."""
     settings = current_options(with_mode(mode, options))
+    if settings.tuning == "background":
+        prepare = lambda: _prepare_benchmarker(gm, example_inputs, settings)  # noqa: E731
+        return compile_in_background(gm, example_inputs, settings, _compile, all_passes(settings), prepare)
     compiled = _prepare_benchmarker(gm, example_inputs, settings)
     try:
-        if settings.tuning == "background":
-            return compile_in_background(gm, example_inputs, settings, _compile, all_passes(settings))
         return _compile(gm, example_inputs, settings, None)
     finally:
         compiled()

@@ -215,10 +215,18 @@ def _stack(settings: Options) -> CacheStack:
 
 
 def compile_in_background(
-    gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, compile: Compile, passes: list[Any]
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    settings: Options,
+    compile: Compile,
+    passes: list[Any],
+    prepare: Callable[[], Callable[[], None]],
 ) -> Any:
     """``gm`` compiled with its unknown Problems tuned in the background; a graph marked tuned by an
-    earlier process (or this one) is compiled in blocking mode, with nothing left to tune."""
+    earlier process (or this one) is compiled in blocking mode, with nothing left to tune.
+    ``prepare()`` gets the benchmarker ready for the tuner (its worker boots while the graph
+    compiles) and returns what lets it go again: called where nothing was queued, and never for a
+    marked graph, which needs no benchmarker."""
     try:
         key: str | None = graph_key(gm, settings, "dynamo", passes)
     except Unkeyable as exc:
@@ -227,9 +235,14 @@ def compile_in_background(
     if key is not None and _stack(settings).get(key, parse_plan) is not None:
         bump("background_graph_known")
         return compile(gm, example_inputs, attrs.evolve(settings, tuning="blocking"), None)
+    release = prepare()
     graph = Background(gm, example_inputs, settings, compile)
     graph.mark_key = key
-    graph.current = compile(gm, example_inputs, settings, graph)
+    try:
+        graph.current = compile(gm, example_inputs, settings, graph)
+    finally:
+        if not graph.placeholders:
+            release()
     if getattr(graph.current, "_boxed_call", False):
         graph._boxed_call = True  # type: ignore[attr-defined]  # called as Dynamo calls the graph
     tuner.graphs.append(graph)
