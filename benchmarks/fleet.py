@@ -21,8 +21,9 @@ default) would split the work the same way: the locks come from the store layer,
 one, whenever it is there; the folder would only be a second place to read entries from.
 
 A rank sets its GPU (``cuda:LOCAL_RANK``), initialises the process group (NCCL; gloo on the CPU),
-then runs ``models.measure`` as models.py's ``tunesmith`` variant does (``torch.compile(model,
-backend="tunesmith", mode="max-autotune")``, a training step forward and backward): one eager
+then runs ``models.measure`` as models.py's ``tunesmith_blocking`` variant does (``torch.compile(model,
+backend="tunesmith", options={"tuning": "blocking", ...})``: the ranks split the tune that the
+first step waits for; a training step forward and backward): one eager
 step, a barrier of the ranks, then ``first_step_s`` (compile, tuning and one step, to the device's
 last kernel, wall seconds). It writes its row as JSON: the first step, tunesmith's counters, and
 its plan (each Problem's chosen specs, from ``models.watch_choices``). ``--small`` runs the tiny
@@ -54,7 +55,7 @@ from typing import Any
 from models import describe, measure
 
 HERE = Path(__file__).resolve().parent
-MODEL, VARIANT = "gpt2", "tunesmith"
+MODEL, VARIANT = "gpt2", "tunesmith_blocking"
 #: the slowest rank's first step of the 2-rank job over the lone rank's, at most (issue 30)
 BAR = 0.6
 #: the counters shown in the table (every counter is in the rows)

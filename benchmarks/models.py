@@ -18,11 +18,12 @@ and ``t5`` (a T5-base encoder, whose attention adds a relative position bias to 
 Variants (``VARIANTS``): ``eager``; ``inductor`` (Inductor default); ``reduce_overhead``
 (default with CUDA graphs); ``max_autotune`` (with CUDA graphs: the anchor); ``max_autotune_nocg``;
 ``tunesmith_default`` (``backend="tunesmith"``, no options); ``tunesmith`` (as docs/compile.md
-tells users to run it for speed: ``mode="max-autotune"``); ``tunesmith_background`` (the same with
-``tuning="background"``: its first step runs ATen where nothing is known; it then steps until
-every tuned kernel is swapped in, ``tuned_after_s`` seconds after the first step, and is timed
-after ``tunesmith.wait()``, its errors after tuning in ``tuned_*_rel_err``);
-``tunesmith_aten_only`` (``backends=["aten"]``: tuning must never lose to it). tunesmith rows
+tells users to run it for speed: ``mode="max-autotune"``); ``tunesmith_blocking`` (the same with
+``tuning="blocking"``: every kernel tuned before the first step); ``tunesmith_aten_only``
+(``backends=["aten"]``: tuning must never lose to it). Every tunesmith variant but the blocking
+one tunes in the background (the default): its first step runs ATen where nothing is known; it
+then steps until every tuned kernel is swapped in, ``tuned_after_s`` seconds after the first
+step, and is timed after ``tunesmith.wait()``, its errors after tuning in ``tuned_*_rel_err``. tunesmith rows
 record what their first step tuned, queued and found (``first_step_counters``, and
 ``warm_first_step_counters`` for the warm process).
 
@@ -93,7 +94,7 @@ VARIANTS = (
     "max_autotune_nocg",
     "tunesmith_default",
     "tunesmith",
-    "tunesmith_background",
+    "tunesmith_blocking",
     "tunesmith_aten_only",
 )
 #: how long a background-tuning variant steps while it waits for its tuned kernels, at most
@@ -106,11 +107,11 @@ ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
 #: what a resumed run must share with the rows it keeps
 RESUME_SAME = ("device", "torch", "triton", "small", "processes")
 #: variants timed in several processes with ``--processes N`` (those the bars compare)
-RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_background", "tunesmith_aten_only")
+RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_blocking", "tunesmith_aten_only")
 #: where measurement processes write their kernel tables (``--kernels``)
-KERNELS_ENV = "TUNESMITH_MODELS_KERNELS"
+KERNELS_ENV = "MODELS_BENCH_KERNELS"
 #: where a measurement process writes the profile of its first step (``--cold-profile``)
-COLD_PROFILE_ENV = "TUNESMITH_MODELS_COLD_PROFILE"
+COLD_PROFILE_ENV = "MODELS_BENCH_PROFILE"
 
 
 # --- the models (built in the child process) ---
@@ -327,8 +328,8 @@ def compiled(variant: str, model: Any) -> Any:
         return torch.compile(model, backend="tunesmith")
     if variant == "tunesmith":
         return torch.compile(model, backend="tunesmith", mode="max-autotune")
-    if variant == "tunesmith_background":
-        return torch.compile(model, backend="tunesmith", options={"tuning": "background", "cudagraphs": True})
+    if variant == "tunesmith_blocking":
+        return torch.compile(model, backend="tunesmith", options={"tuning": "blocking", "cudagraphs": True})
     if variant == "tunesmith_aten_only":
         return torch.compile(model, backend="tunesmith", options={"backends": ["aten"], "cudagraphs": True})
     raise SystemExit(f"unknown variant {variant!r}")
@@ -418,7 +419,7 @@ def measure(
     del out
     if not timed:
         return row
-    if variant == "tunesmith_background":
+    if variant.startswith("tunesmith") and variant != "tunesmith_blocking":  # tuned in the background
         row |= _tuned(lambda: step(fn), sync, train, ref_out, ref_grads, grads)
     if chosen is not None:
         row["chosen"] = dict(chosen)

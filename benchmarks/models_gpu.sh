@@ -31,7 +31,7 @@ elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama,t5;bert,bert_train,resn
 else DEFAULT="gpt2,mlp_decode,llama,bert,bert_train,t5,resnet50"; fi
 IFS=';' read -ra GROUP <<< "${MODEL_GROUPS:-$DEFAULT}"
 PER=$(($(nproc) / ${#GROUP[@]}))
-ORDER=${VARIANTS:-tunesmith,max_autotune,reduce_overhead,tunesmith_aten_only,tunesmith_default,inductor,eager,max_autotune_nocg}
+ORDER=${VARIANTS:-tunesmith,tunesmith_blocking,max_autotune,reduce_overhead,tunesmith_aten_only,tunesmith_default,inductor,eager,max_autotune_nocg}
 NOT_MA=$(echo "$ORDER" | tr , '\n' | grep -v '^max_autotune' | paste -sd,)
 LAST=",${LAST_MODELS:-resnet50},"
 run() {  # GPU ARGS...

@@ -48,6 +48,14 @@ def no_server_outlives_its_test() -> Iterator[None]:
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def blocking_tuning(tunesmith_isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled models tune every kernel before their first step here (``tuning="blocking"``), so
+    that a test sees after one call what the compile tuned; the tests of background tuning, the
+    default, lift it (tests/test_background.py). Subprocesses inherit it (``run_env``)."""
+    monkeypatch.setenv("TUNESMITH_TUNING", "blocking")
+
+
 @pytest.fixture
 def isolated(tunesmith_isolated: Path) -> Path:
     """The test's folder (cache/, config/, work/): ``tunesmith_isolated`` of tunesmith.testing, which

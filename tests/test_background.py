@@ -1,4 +1,4 @@
-"""Background tuning (``tuning="background"``): the first step runs
+"""Background tuning (``tuning="background"``, the default for compiled models): the first step runs
 ATen's kernels, the tuned ones are swapped in at a step boundary, ``tunesmith.wait()`` and
 ``tunesmith.status()`` say and control when, nothing is timed during a capture, a crashing tune
 leaves ATen's kernel running, and a second process finds the graph tuned."""
@@ -25,10 +25,13 @@ from conftest import rand, run_env
 
 
 @pytest.fixture(autouse=True)
-def background_tuning(monkeypatch: pytest.MonkeyPatch, isolated: Path, register: object) -> Iterator[None]:
-    """Background tuning, the ``eager`` graph compiler (no C++ build), a fresh Dynamo; after the
-    test, nothing left in flight (before its run-time plugins go)."""
-    monkeypatch.setenv("TUNESMITH_TUNING", "background")
+def background_tuning(
+    monkeypatch: pytest.MonkeyPatch, isolated: Path, register: object, blocking_tuning: None
+) -> Iterator[None]:
+    """Background tuning (the default: conftest's blocking lifted), the ``eager`` graph compiler
+    (no C++ build), a fresh Dynamo; after the test, nothing left in flight (before its run-time
+    plugins go)."""
+    monkeypatch.delenv("TUNESMITH_TUNING")
     monkeypatch.setenv("TUNESMITH_GRAPH_COMPILER", "eager")
     torch._dynamo.reset()
     yield

@@ -149,10 +149,10 @@ class Options:
     )
     budget_s: float | None = _field(None, parse_seconds, "wall-clock budget for tuning one problem")
     tuning: str = _field(
-        "blocking",
+        "background",
         parse_one_of("background", "blocking"),
-        "compiled models: blocking (every kernel tuned before the first step) or background (the first step "
-        "runs the kernels known and ATen's elsewhere; tuned ones are swapped in at a step boundary; experimental)",
+        "compiled models: background (the first step runs the kernels known and ATen's elsewhere; tuned ones are "
+        "swapped in at a step boundary) or blocking (every kernel tuned before the first step)",
     )
     tuning_gap_s: float = _field(
         0.25,

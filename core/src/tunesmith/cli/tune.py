@@ -126,7 +126,9 @@ def _tune_model(args: argparse.Namespace) -> int:
     from tunesmith import modelscript
 
     script = modelscript.load(args.file, args.device)
-    overrides: dict[str, Any] = {"backends": args.backends} if args.backends is not None else {}
+    overrides: dict[str, Any] = {"tuning": "blocking"}  # the command tunes: every kernel before it returns
+    if args.backends is not None:
+        overrides["backends"] = args.backends
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} problems"))
     progress = Progress(*columns, TimeElapsedColumn(), console=err, transient=True)
     served = tunesmith.counters["compiled_graph_inductor_hit"]
