@@ -95,6 +95,7 @@ class RedisServer:
 def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
     """One run of ``setup`` in ``folder`` (empty): its wall time and each process's counters."""
     processes = 1 if setup == "one" else PROCESSES
+    folder.mkdir(parents=True)
     server = RedisServer(folder / "redis") if setup == "redis" else None
     start_file, end_file = folder / "start", folder / "end"
     procs = []
