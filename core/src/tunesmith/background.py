@@ -70,6 +70,7 @@ class Tuner:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
+        self._here: collections.deque[Job] = collections.deque()  # CPU jobs: tuned by the gap's opener
         self._jobs: list[Job] = []
         self._thread: threading.Thread | None = None
         self._local = threading.local()
@@ -84,7 +85,7 @@ class Tuner:
         """Queue ``job``; it waits for :meth:`start` (a graph's second call, or ``wait()``), so that
         tuning takes no time from the compile and the first step."""
         with self._cond:
-            self._queue.append(job)
+            (self._here if job.device.type == "cpu" else self._queue).append(job)
             self._jobs.append(job)
             self._cond.notify_all()
         bump("background_queued")
@@ -103,23 +104,40 @@ class Tuner:
                     self._cond.wait()
                 job = self._queue.popleft()
                 job.state = "running"
-            spec = None
-            try:
-                spec = self._tune(job)
-            except Exception:  # the thread serves every later job too
-                log.exception("tunesmith: background tuning of a problem failed")
-            finally:
-                job.done(spec)  # first: once the job reads done, its graph knows the winner
-                with self._cond:
-                    job.state = "done" if spec is not None else "failed"
-                    self._cond.notify_all()
+            self._finish(job, self.gap)
 
-    def _tune(self, job: Job) -> ChoiceSpec | None:
+    def _run_here(self, deadline: float | None) -> None:
+        """Tune the CPU jobs on this thread, the gap's opener, until ``deadline`` (a job begun is
+        finished): torch's CPU ops on a second thread give the process a second OpenMP team,
+        after which libgomp, counting more threads than cores, stops spinning between parallel
+        regions, and the model's small CPU kernels ran 2x to 40x slower for the rest of the run."""
+        while True:
+            with self._cond:
+                if not self._here or (deadline is not None and time.monotonic() >= deadline):
+                    return
+                job = self._here.popleft()
+                job.state = "running"
+            self._finish(job, contextlib.nullcontext)
+
+    def _finish(self, job: Job, gap: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
+        """Tune ``job`` (its GPU work inside ``gap``), hand its winner over and mark it done."""
+        spec = None
+        try:
+            spec = self._tune(job, gap)
+        except Exception:  # the thread serves every later job too
+            log.exception("tunesmith: background tuning of a problem failed")
+        finally:
+            job.done(spec)  # first: once the job reads done, its graph knows the winner
+            with self._cond:
+                job.state = "done" if spec is not None else "failed"
+                self._cond.notify_all()
+
+    def _tune(self, job: Job, gap: Callable[[], contextlib.AbstractContextManager[None]]) -> ChoiceSpec | None:
         from tunesmith.selection import describe, select
 
         crashes = counters["benchmark_crash"]
         try:
-            with self.gap():
+            with gap():
                 inputs = [tensor_like(meta, job.device) for meta in job.problem.inputs]
                 with torch.no_grad():
                     selection = select(job.problem, inputs, job.options)
@@ -189,6 +207,7 @@ class Tuner:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         deadline = None if seconds is None else time.monotonic() + seconds
+        self._run_here(deadline)
         with self._cond:
             self._open += 1
             self._cond.notify_all()
@@ -208,8 +227,9 @@ class Tuner:
         return bool(self._queue) or any(j.state == "running" for j in self._jobs)
 
     def wants_gap(self) -> bool:
-        """Whether the tuner waits for the GPU (read without the lock: a hint for the fast path)."""
-        return self._wanting > 0
+        """Whether the tuner waits for the GPU, or CPU jobs wait for a gap's opener (read without the
+        lock: a hint for the fast path)."""
+        return self._wanting > 0 or bool(self._here)
 
     def status(self) -> Status:
         with self._cond:
