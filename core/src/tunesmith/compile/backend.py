@@ -14,6 +14,7 @@ modes ``reduce-overhead`` and ``max-autotune`` run the compiled graphs under CUD
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,7 +48,7 @@ def backend(
     torch passes ``mode`` and ``options`` as given to ``torch.compile``."""
     settings = current_options(with_mode(mode, options))
     if settings.tuning == "background":
-        prepare = lambda: _prepare_benchmarker(gm, example_inputs, settings)  # noqa: E731
+        prepare = functools.partial(_prepare_benchmarker, gm, example_inputs, settings)
         return compile_in_background(gm, example_inputs, settings, _compile, all_passes(settings), prepare)
     compiled = _prepare_benchmarker(gm, example_inputs, settings)
     try:
