@@ -120,7 +120,7 @@ def test_the_first_step_runs_aten_and_the_tuned_kernels_are_swapped_in_at_a_step
 def test_a_graph_traced_without_grad_is_compiled_again_without_grad_when_wait_swaps_it(register):
     """An inference model (weights that require grad, stepped under ``no_grad``) whose swap happens
     in ``tunesmith.wait()``, called outside ``no_grad``: its blocking compile is an inference graph
-    (one output), not a training forward that saves activations (it ran 4x slower on a CPU)."""
+    (one output), not a training forward that saves activations for a backward that never comes."""
     outputs: list[int] = []
 
     class Outputs:
