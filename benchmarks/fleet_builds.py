@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from fleet import commit
+from redis_load import start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "fleet_worker.py"
@@ -53,50 +55,11 @@ def problem_set(path: Path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A throwaway ``redis-server`` on a loopback port, no persistence."""
-
-    def __init__(self, folder: Path) -> None:
-        if shutil.which("redis-server") is None:
-            raise SystemExit("redis-server is not installed: run scripts/install-servers")
-        self.port = free_port()
-        folder.mkdir(parents=True, exist_ok=True)
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(folder)]
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise SystemExit("redis-server did not start")
-            time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-
 def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
     """One run of ``setup`` in ``folder`` (empty): its wall time and each process's counters."""
     processes = 1 if setup == "one" else PROCESSES
     folder.mkdir(parents=True)
-    server = RedisServer(folder / "redis") if setup == "redis" else None
+    server = start_redis(str(folder)) if setup == "redis" else None
     start_file, end_file = folder / "start", folder / "end"
     procs = []
     try:
@@ -111,7 +74,7 @@ def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
                 "TUNESMITH_CACHE_DIR": str(folder / ("cache" if setup != "redis" else f"cache{rank}")),
             }
             if server is not None:
-                env |= {"TUNESMITH_REDIS_URL": server.url, "TUNESMITH_CACHES": "local,redis"}
+                env |= {"TUNESMITH_REDIS_URL": server[1], "TUNESMITH_CACHES": "local,redis"}
             command = [sys.executable, str(WORKER), str(folder / f"out{rank}.json"), str(start_file), str(end_file)]
             command += ["--", "tune", str(cases), "--backends", "aten,fixture_slowbuild"]
             procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
@@ -130,7 +93,8 @@ def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
                 proc.kill()
                 proc.wait()
         if server is not None:
-            server.stop()
+            server[0].kill()
+            server[0].wait()
     outs = [json.loads((folder / f"out{r}.json").read_text()) for r in range(processes)]
     counters = [o["counters"] for o in outs]
     return {
@@ -175,7 +139,7 @@ def main() -> None:
         "cpu": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
-        "commit": _commit(),
+        "commit": commit(),
         "problems": PROBLEMS,
         "processes": PROCESSES,
         "build_s": BUILD_S,
@@ -189,18 +153,6 @@ def main() -> None:
     print(f"; four with Redis: {ratios['redis']:.3f}x (bar {BAR})")
     if args.json:
         Path(args.json).write_text(json.dumps(body, indent=1) + "\n")
-
-
-def _commit() -> str | None:
-    try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-            ).stdout.strip()
-            or None
-        )
-    except OSError:
-        return None
 
 
 if __name__ == "__main__":
