@@ -52,8 +52,12 @@ measured; ``--resume`` skips the rows there.
 Processes running the same plan differ in step time by a few percent (placement in memory, clock),
 more than the 1% the bars allow: ``--processes N`` times each variant of ``--retime`` (default
 ``RETIMED``, those the bars compare) in N processes, the extra ones on the variant's warm caches
-and in turns (one process of each variant a round, after all of a run's rows), and takes the
-medians; each process's times stay in the row (``step_ms_processes``, ``gpu_ms_processes``).
+and in turns (one process of each variant a round, after all of a run's rows, the order reversed
+every other round), and takes the medians; each process's times stay in the row
+(``step_ms_processes``, ``gpu_ms_processes``). First steps vary more (a cold one by seconds): for
+the variants of ``--warm`` each round also runs a cold process on fresh caches (first step only),
+and ``first_step_s`` and ``warm_first_step_s`` are medians as well (``*_processes``; the timed
+processes on warm caches give the warm first steps).
 
 Where the time goes: ``--kernels DIR`` writes each row's profiled kernels by name and its host
 profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant twice
@@ -719,9 +723,12 @@ class Runner:
 
     def retime(self, model: str, variants: list[str], gpu: int | None, cpus: list[int] | None) -> None:
         """``--processes N``: N - 1 more timed processes of each of ``model``'s ``variants``, on the
-        variant's warm caches, in turns (a process of each variant a round), so that the spread
-        between processes and over time falls on every variant alike; a row's ``step_ms`` and
-        ``gpu_ms`` become the medians over its processes (each kept in ``*_processes``)."""
+        variant's warm caches, in turns (a process of each variant a round, the order reversed every
+        other round), so that the spread between processes and over time falls on every variant
+        alike; a row's ``step_ms`` and ``gpu_ms`` become the medians over its processes (each kept
+        in ``*_processes``). A variant of ``--warm`` also gets N - 1 more cold processes (first step
+        only, on fresh caches) in the same turns, and its ``first_step_s`` and
+        ``warm_first_step_s`` become medians too: its timed processes' first steps are warm ones."""
         todo = []
         for variant in variants:
             row = next((r for r in self.rows if (r["model"], r["variant"]) == (model, variant)), None)
@@ -730,20 +737,37 @@ class Runner:
             warm = variant == "eager" or self.caches_of(model, cache)
             if row and "step_ms" in row and "step_ms_processes" not in row and warm:
                 row["step_ms_processes"], row["gpu_ms_processes"] = [row["step_ms"]], [row.get("gpu_ms")]
+                if variant in self.args.warm:
+                    row["first_step_s_processes"] = [row["first_step_s"]]
+                    row["warm_first_step_s_processes"] = [row.get("warm_first_step_s")]
                 todo.append((row, cache))
-        for _ in range(self.args.processes - 1):
-            for row, cache in todo:
-                timed = self.process(model, row["variant"], gpu, cpus, self.caches(model, cache), True, False)
+        for turn in range(1, self.args.processes):
+            for row, cache in todo if turn % 2 else todo[::-1]:
+                variant = row["variant"]
+                if variant in self.args.warm:
+                    fresh = self.caches(model, f"{variant}-cold{turn}")
+                    cold = self.process(model, variant, gpu, cpus, fresh, False, False)
+                    if "error" in cold:
+                        row.setdefault("retime_errors", []).append(cold["error"].splitlines()[0])
+                    else:
+                        row["first_step_s_processes"].append(cold["first_step_s"])
+                timed = self.process(model, variant, gpu, cpus, self.caches(model, cache), True, False)
                 if "error" in timed:
                     row.setdefault("retime_errors", []).append(timed["error"].splitlines()[0])
                     continue
                 row["step_ms_processes"].append(timed["step_ms"])
                 row["gpu_ms_processes"].append(timed.get("gpu_ms"))
+                if variant in self.args.warm:
+                    row["warm_first_step_s_processes"].append(timed["first_step_s"])
         for row, _ in todo:
             row["step_ms"] = round(statistics.median(row["step_ms_processes"]), 4)
             gpu_times = [t for t in row.pop("gpu_ms_processes") if t is not None]
             if gpu_times:
                 row["gpu_ms"], row["gpu_ms_processes"] = round(statistics.median(gpu_times), 4), gpu_times
+            for key in ("first_step_s", "warm_first_step_s"):
+                values = [t for t in row.get(f"{key}_processes", []) if t is not None]
+                if values:
+                    row[key], row[f"{key}_processes"] = round(statistics.median(values), 3), values
             self.record(row)
 
 
@@ -825,7 +849,11 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         meta["timing"] += (
             f"; for {', '.join(args.retime)}: step_ms and gpu_ms are medians over {processes} processes "
             "(the first cold, the others on its warm caches, the variants in turns) where a row has "
-            "step_ms_processes (a row resumed from an earlier run has one process)"
+            "step_ms_processes (a row resumed from an earlier run has one process); for those of "
+            f"{', '.join(getattr(args, 'warm', []))} also first_step_s (over {processes} cold processes, "
+            "on fresh caches) and "
+            "warm_first_step_s (over the warm process and the timed ones on warm caches), where a row "
+            "has first_step_s_processes"
         )
     meta["processes"] = processes
     meta["small"] = bool(args.small)

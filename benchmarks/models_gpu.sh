@@ -6,7 +6,10 @@
 # Groups: on four GPUs or more gpt2,t5 | mlp_decode,llama,bert | bert_train | resnet50; on two
 # gpt2,mlp_decode,llama,t5 | bert,bert_train,resnet50; on one, all. resnet50's max-autotune rows run last in their group (its compile
 # took over 200 s when the issue was filed). Rows are written as they finish, so a run stopped
-# early keeps what it measured. About 22 minutes on an H100 pair, about 11 on four.
+# early keeps what it measured. Without the max-autotune rows (VARIANTS=tunesmith,
+# tunesmith_blocking,reduce_overhead,eager), one model a GPU takes 4 to 8 minutes on an H200
+# (bert_train the longest; more since the cold first steps are repeated too): on four GPUs, two
+# calls of MODEL_GROUPS="bert_train;t5;resnet50;gpt2" and "bert;llama;mlp_decode".
 #   bash benchmarks/models_gpu.sh            # or: setsid bash benchmarks/models_gpu.sh > log 2>&1 &
 # MODEL_GROUPS changes the groups (";" between GPUs, "," within), LAST_MODELS the models whose
 # max-autotune rows run last (resnet50), VARIANTS the rows (in the order they run:

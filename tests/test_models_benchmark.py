@@ -1,5 +1,6 @@
 """``benchmarks/models.py`` end to end on the CPU (``--small``): rows, the warm process, and
-``--processes``, which times a variant in several processes and takes the median."""
+``--processes``, which times a variant in several processes and takes the median (of its first
+steps too, cold on fresh caches and warm)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     assert len(mine["step_ms_processes"]) == 3 and "retime_errors" not in mine
     assert mine["step_ms"] == round(statistics.median(mine["step_ms_processes"]), 4)
     assert mine["out_rel_err"] < 2e-2 and mine["warm_first_step_s"] > 0  # bfloat16 against eager
+    for key in ("first_step_s", "warm_first_step_s"):  # --warm's variants: cold and warm first steps
+        assert len(mine[f"{key}_processes"]) == 3
+        assert mine[key] == round(statistics.median(mine[f"{key}_processes"]), 3)
+    assert min(mine["first_step_s_processes"]) > max(mine["warm_first_step_s_processes"])  # fresh caches
     assert "step_ms_processes" not in rows["eager"]  # not in --retime: one process
     resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=run_env(), timeout=600)
     assert resumed.returncode == 0 and json.loads(result.read_text())["rows"] == body["rows"]  # nothing left to run
