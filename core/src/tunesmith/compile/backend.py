@@ -14,7 +14,6 @@ modes ``reduce-overhead`` and ``max-autotune`` run the compiled graphs under CUD
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,9 +46,8 @@ def backend(
     """The ``tunesmith`` backend of ``torch.compile`` (registered under ``torch_dynamo_backends``);
     torch passes ``mode`` and ``options`` as given to ``torch.compile``."""
     settings = current_options(with_mode(mode, options))
-    if settings.tuning == "background":
-        prepare = functools.partial(_prepare_benchmarker, gm, example_inputs, settings)
-        return compile_in_background(gm, example_inputs, settings, _compile, all_passes(settings), prepare)
+    if settings.tuning == "background":  # the tuner's first job starts the worker, after the first step
+        return compile_in_background(gm, example_inputs, settings, _compile, all_passes(settings))
     compiled = _prepare_benchmarker(gm, example_inputs, settings)
     try:
         return _compile(gm, example_inputs, settings, None)

@@ -215,18 +215,12 @@ def _stack(settings: Options) -> CacheStack:
 
 
 def compile_in_background(
-    gm: fx.GraphModule,
-    example_inputs: Sequence[Any],
-    settings: Options,
-    compile: Compile,
-    passes: list[Any],
-    prepare: Callable[[], Callable[[], None]],
+    gm: fx.GraphModule, example_inputs: Sequence[Any], settings: Options, compile: Compile, passes: list[Any]
 ) -> Any:
     """``gm`` compiled with its unknown Problems tuned in the background; a graph marked tuned by an
-    earlier process (or this one) is compiled in blocking mode, with nothing left to tune.
-    ``prepare()`` gets the benchmarker ready for the tuner (its worker boots while the graph
-    compiles) and returns what lets it go again: called where nothing was queued, and never for a
-    marked graph, which needs no benchmarker."""
+    earlier process (or this one) is compiled in blocking mode, with nothing left to tune. No
+    benchmark worker starts here (one booting beside the first step slows it: docs/decisions.md):
+    the tuner's first job starts it, after the first step."""
     try:
         key: str | None = graph_key(gm, settings, "dynamo", passes)
     except Unkeyable as exc:
@@ -235,14 +229,9 @@ def compile_in_background(
     if key is not None and _stack(settings).get(key, parse_plan) is not None:
         bump("background_graph_known")
         return compile(gm, example_inputs, attrs.evolve(settings, tuning="blocking"), None)
-    release = prepare()
     graph = Background(gm, example_inputs, settings, compile)
     graph.mark_key = key
-    try:
-        graph.current = compile(gm, example_inputs, settings, graph)
-    finally:
-        if not graph.placeholders:
-            release()
+    graph.current = compile(gm, example_inputs, settings, graph)
     if getattr(graph.current, "_boxed_call", False):
         graph._boxed_call = True  # type: ignore[attr-defined]  # called as Dynamo calls the graph
     tuner.graphs.append(graph)
