@@ -142,9 +142,9 @@ def test_a_graph_traced_without_grad_is_compiled_again_without_grad_when_wait_sw
 
 
 def test_no_worker_boots_beside_the_first_step_the_tuner_starts_it_and_a_known_graph_needs_none(monkeypatch):
-    """A benchmark worker booting beside the first step slowed it (its Inductor kernels tuned on a
-    busy host): in background mode the compile starts none; the tuner's first job does, and a
-    graph already marked tuned never needs one."""
+    """A benchmark worker booting beside the first step slowed it (docs/decisions.md): in background
+    mode the compile starts none; the tuner's first job does, and a graph already marked tuned
+    never needs one."""
     monkeypatch.setenv("TUNESMITH_BENCHMARK", "subprocess")
     cpu = torch.device("cpu")
     x, w1, w2 = rand(32, 16), rand(16, 24), rand(24, 8)
