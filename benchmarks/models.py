@@ -25,7 +25,8 @@ one tunes in the background (the default): its first step runs ATen where nothin
 then steps until every tuned kernel is swapped in, ``tuned_after_s`` seconds after the first
 step, and is timed after ``tunesmith.wait()``, its errors after tuning in ``tuned_*_rel_err``. tunesmith rows
 record what their first step tuned, queued and found (``first_step_counters``, and
-``warm_first_step_counters`` for the warm process).
+``warm_first_step_counters`` for the warm process), and the specs of their winners that are not
+ATen's (``winners``, by Problem).
 
 Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
 own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
@@ -394,7 +395,8 @@ def measure(
 
     ref_out = step(model).detach().clone()
     ref_grads = grads()
-    chosen = watch_choices(plan) if variant.startswith("tunesmith") else None
+    winners: dict[str, Any] = {} if plan is None else plan
+    chosen = watch_choices(winners) if variant.startswith("tunesmith") else None
     began = time.perf_counter()
     fn = compiled(variant, model)  # what torch.compile() itself loads (a backend's modules), before the first step
     compile_call = time.perf_counter() - began
@@ -427,6 +429,8 @@ def measure(
         row |= _tuned(lambda: step(fn), sync, train, ref_out, ref_grads, grads)
     if chosen is not None:
         row["chosen"] = dict(chosen)
+        # which template config won, where it was not ATen's (processes of one setup can differ)
+        row["winners"] = {e["problem"]: e["specs"] for e in winners.values() if any(_not_aten(s) for s in e["specs"])}
         row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
     for _ in range(WARMUP):
         step(fn)
@@ -486,6 +490,10 @@ def _tuned(
     if train:
         row["tuned_grad_rel_err"] = max(rel_err(g, r) for g, r in zip(grads(), ref_grads, strict=True))
     return row
+
+
+def _not_aten(spec: str) -> bool:
+    return not spec.startswith("aten:")
 
 
 def watch_choices(plan: dict[str, Any] | None = None) -> Any:

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The model benchmark on the GPU machine, within its device budget: installs the repository (and the
 # wheels carried in .whl/), then runs benchmarks/models.py on every GPU at once, a group of models
-# each, on its share of the CPU cores (a model's rows all on one GPU), and merges the rows into
+# each, on its share of the CPU cores (a model's rows on one GPU, unless split as below), and merges the rows into
 # $OUT/models.json with its chart (commit them as benchmarks/results/models_<device>.json and .png).
 # Groups: on four GPUs or more gpt2,t5 | mlp_decode,llama,bert | bert_train | resnet50; on two
 # gpt2,mlp_decode,llama,t5 | bert,bert_train,resnet50; on one, all. resnet50's max-autotune rows run last in their group (its compile
 # took over 200 s when the issue was filed). Rows are written as they finish, so a run stopped
 # early keeps what it measured. Without the max-autotune rows (VARIANTS=tunesmith,
-# tunesmith_blocking,reduce_overhead,eager), one model a GPU takes 4 to 8 minutes on an H200
-# (bert_train the longest; more since the cold first steps are repeated too): on four GPUs, two
-# calls of MODEL_GROUPS="bert_train;t5;resnet50;gpt2" and "bert;llama;mlp_decode".
+# tunesmith_blocking,reduce_overhead,eager) and with three processes, a model needs about 5 to 7
+# minutes of a GPU on an H200 and BERT training about 10 (estimated from one process of each), so
+# on four GPUs, within a device call's 10 minutes, two calls of MODEL_GROUPS=
+# "bert_train:tunesmith+tunesmith_blocking;bert_train:reduce_overhead+eager;t5;bert" and
+# "gpt2;llama;mlp_decode;resnet50".
 #   bash benchmarks/models_gpu.sh            # or: setsid bash benchmarks/models_gpu.sh > log 2>&1 &
-# MODEL_GROUPS changes the groups (";" between GPUs, "," within), LAST_MODELS the models whose
+# MODEL_GROUPS changes the groups (";" between GPUs, "," within; MODEL:VARIANT+VARIANT runs only
+# those of a model's rows, so that its variants can share two GPUs), LAST_MODELS the models whose
 # max-autotune rows run last (resnet50), VARIANTS the rows (in the order they run:
 # max_autotune_nocg after max_autotune starts on its warm caches), LIMIT the seconds a max-autotune
 # process may take (600) and LAST_LIMIT that for LAST_MODELS (450), PROCESSES how many processes
@@ -35,7 +38,6 @@ else DEFAULT="gpt2,mlp_decode,llama,bert,bert_train,t5,resnet50"; fi
 IFS=';' read -ra GROUP <<< "${MODEL_GROUPS:-$DEFAULT}"
 PER=$(($(nproc) / ${#GROUP[@]}))
 ORDER=${VARIANTS:-tunesmith,tunesmith_blocking,max_autotune,reduce_overhead,tunesmith_aten_only,tunesmith_default,inductor,eager,max_autotune_nocg}
-NOT_MA=$(echo "$ORDER" | tr , '\n' | grep -v '^max_autotune' | paste -sd,)
 LAST=",${LAST_MODELS:-resnet50},"
 run() {  # GPU ARGS...
     local gpu=$1 pin=(); shift
@@ -44,14 +46,17 @@ run() {  # GPU ARGS...
         --warm "${WARM:-tunesmith,reduce_overhead}" --resume --limit "${LIMIT:-600}" --kernels "$KERNELS" ${COLD:+--cold-profile "$COLD"} \
         --processes "${PROCESSES:-3}" --json "$WORK/gpu$gpu.json" "$@"
 }
-group() {  # GPU MODELS: a model's rows, one model after another
-    local gpu=$1 model
-    for model in ${2//,/ }; do
+group() {  # GPU ITEMS: each item's rows (MODEL, or MODEL:VARIANT+VARIANT), one item after another
+    local gpu=$1 item model order not_ma
+    for item in ${2//,/ }; do
+        model=${item%%:*} order=$ORDER
+        if [[ $item == *:* ]]; then order=$(tr + , <<< "${item#*:}"); fi
         if [[ $LAST == *",$model,"* ]]; then
-            run "$gpu" --models "$model" --variants "$NOT_MA"
-            run "$gpu" --models "$model" --variants "$ORDER" --limit "${LAST_LIMIT:-450}"
+            not_ma=$(tr , '\n' <<< "$order" | grep -v '^max_autotune' | paste -sd,)
+            if [ -n "$not_ma" ]; then run "$gpu" --models "$model" --variants "$not_ma"; fi
+            run "$gpu" --models "$model" --variants "$order" --limit "${LAST_LIMIT:-450}"
         else
-            run "$gpu" --models "$model" --variants "$ORDER"
+            run "$gpu" --models "$model" --variants "$order"
         fi
     done
 }
