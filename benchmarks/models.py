@@ -429,7 +429,7 @@ def measure(
         row |= _tuned(lambda: step(fn), sync, train, ref_out, ref_grads, grads)
     if chosen is not None:
         row["chosen"] = dict(chosen)
-        # which template config won, where it was not ATen's (processes of one setup can differ)
+        # which template config won, where it was not ATen's (variants that tune apart can differ)
         row["winners"] = {e["problem"]: e["specs"] for e in winners.values() if any(_not_aten(s) for s in e["specs"])}
         row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
     for _ in range(WARMUP):

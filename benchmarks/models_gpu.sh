@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The model benchmark on the GPU machine, within its device budget: installs the repository (and the
 # wheels carried in .whl/), then runs benchmarks/models.py on every GPU at once, a group of models
-# each, on its share of the CPU cores (a model's rows on one GPU, unless split as below), and merges the rows into
-# $OUT/models.json with its chart (commit them as benchmarks/results/models_<device>.json and .png).
+# each, on its share of the CPU cores (a model's rows on one GPU, unless split as below), and
+# merges the rows into $OUT/models.json with its chart (commit them as benchmarks/results/models_<device>.json and .png).
 # Groups: on four GPUs or more gpt2,t5 | mlp_decode,llama,bert | bert_train | resnet50; on two
 # gpt2,mlp_decode,llama,t5 | bert,bert_train,resnet50; on one, all. resnet50's max-autotune rows run last in their group (its compile
 # took over 200 s when the issue was filed). Rows are written as they finish, so a run stopped
