@@ -20,16 +20,17 @@
 # process may take (600) and LAST_LIMIT that for LAST_MODELS (450), PROCESSES how many processes
 # time each of the variants the bars compare (3); WORK is where rows and logs go (/tmp/models),
 # WARM the variants also timed in a warm process (tunesmith,reduce_overhead), KERNELS where each
-# row's table of profiled kernels and host profile goes, COLD where each warm-timed row's cold
-# first-step profile goes (empty: none) (WORK/kernels and WORK/cold, both packed into
-# $OUT/profiles.tar.gz at the end). Rows already in WORK's gpu<i>.json are kept (--resume): copy a
-# stopped run's files there to finish it.
+# row's table of profiled kernels and host profile goes (WORK/kernels), COLD, where set, where
+# each warm-timed row's cold and warm first-step cProfile goes (none by default: two more processes
+# a row, before its repeats, which in a device call's 10 minutes left no time for the repeats of
+# three models); both are packed into $OUT/profiles.tar.gz at the end. Rows already in WORK's
+# gpu<i>.json are kept (--resume): copy a stopped run's files there to finish it.
 set -u
 source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
 export PYTHONUNBUFFERED=1
 WORK=${WORK:-/tmp/models}
-KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD-$WORK/cold}
+KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD:-}
 mkdir -p "$WORK" "$KERNELS" ${COLD:+"$COLD"}
 N=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$N" -ge 4 ]; then DEFAULT="gpt2,t5;mlp_decode,llama,bert;bert_train;resnet50"
