@@ -59,7 +59,7 @@ def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
     """One run of ``setup`` in ``folder`` (empty): its wall time and each process's counters."""
     processes = 1 if setup == "one" else PROCESSES
     folder.mkdir(parents=True)
-    server = start_redis(str(folder)) if setup == "redis" else None
+    server, url = start_redis(str(folder)) if setup == "redis" else (None, "")
     start_file, end_file = folder / "start", folder / "end"
     procs = []
     try:
@@ -74,7 +74,7 @@ def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
                 "TUNESMITH_CACHE_DIR": str(folder / ("cache" if setup != "redis" else f"cache{rank}")),
             }
             if server is not None:
-                env |= {"TUNESMITH_REDIS_URL": server[1], "TUNESMITH_CACHES": "local,redis"}
+                env |= {"TUNESMITH_REDIS_URL": url, "TUNESMITH_CACHES": "local,redis"}
             command = [sys.executable, str(WORKER), str(folder / f"out{rank}.json"), str(start_file), str(end_file)]
             command += ["--", "tune", str(cases), "--backends", "aten,fixture_slowbuild"]
             procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
@@ -93,8 +93,8 @@ def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
                 proc.kill()
                 proc.wait()
         if server is not None:
-            server[0].kill()
-            server[0].wait()
+            server.kill()
+            server.wait()
     outs = [json.loads((folder / f"out{r}.json").read_text()) for r in range(processes)]
     counters = [o["counters"] for o in outs]
     return {
