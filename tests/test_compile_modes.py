@@ -157,3 +157,24 @@ def test_nothing_is_selected_while_a_cuda_graph_is_captured(register, monkeypatc
     capture["on"] = True
     with pytest.raises(CaptureError, match="while a CUDA graph is captured"):
         tunesmith.tune("mm", rand(4, 4), rand(4, 4))
+
+
+@pytest.mark.parametrize(("options", "timed"), [({}, False), ({"pointwise_autotune": True}, True)])
+def test_inductor_times_pointwise_launch_configs_only_when_asked(monkeypatch, options, timed):
+    """Inductor's pointwise autotuning is off in tunesmith's compiles unless ``pointwise_autotune``
+    asks for it (its timings of small kernels are host time: docs/decisions.md)."""
+    import torch._inductor.compile_fx as compile_fx
+
+    seen = []
+    real = compile_fx.compile_fx
+
+    def spy(*args, **kwargs):  # called before any of Inductor's caches is looked at (then by itself)
+        if "config_patches" in kwargs:
+            seen.append(kwargs["config_patches"].get("triton.autotune_pointwise"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx", spy)
+    fn = torch.compile(lambda x: torch.relu(x) * 2 + 1, backend="tunesmith", options=options)
+    x = rand(16, 8)
+    assert close(fn(x), torch.relu(x) * 2 + 1)
+    assert seen and set(seen) == {timed}

@@ -167,6 +167,13 @@ class Options:
         parse_bool,
         "run compiled graphs under CUDA graphs (torch.compile's modes reduce-overhead and max-autotune set it)",
     )
+    pointwise_autotune: bool = _field(
+        False,
+        parse_bool,
+        "let Inductor time its pointwise kernels' launch configs at their first run (its timings of small kernels "
+        "are mostly host time, so its picks vary between processes); off, each takes the one config Inductor's "
+        "heuristics give",
+    )
     cache_dir: str | None = _field(None, parse_optional_str, "local cache folder; none = the user cache dir")
     cache_secret: str | None = _field(
         None, parse_optional_str, "HMAC-SHA256 key that signs and checks cache entries", repr=False

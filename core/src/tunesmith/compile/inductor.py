@@ -122,6 +122,7 @@ def compile_with_inductor(
         "joint_custom_post_pass": _Stage(lambda g: run_passes("joint_post", g, settings), f"{ident}-joint-post"),
         "post_grad_custom_pre_pass": _Stage(lowering, f"{ident}-post-grad"),
         "triton.cudagraphs": settings.cudagraphs,
+        "triton.autotune_pointwise": settings.pointwise_autotune,  # docs/decisions.md
     }
     if background is not None:
         patches["fx_graph_cache"] = False
