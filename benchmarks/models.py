@@ -25,8 +25,9 @@ one tunes in the background (the default): its first step runs ATen where nothin
 then steps until every tuned kernel is swapped in, ``tuned_after_s`` seconds after the first
 step, and is timed after ``tunesmith.wait()``, its errors after tuning in ``tuned_*_rel_err``. tunesmith rows
 record what their first step tuned, queued and found (``first_step_counters``, and
-``warm_first_step_counters`` for the warm process), and the specs of their winners that are not
-ATen's (``winners``, by Problem).
+``warm_first_step_counters`` for the warm process), the specs of their winners that are not
+ATen's (``winners``, by Problem), and for each Problem tuned in the process its three fastest
+choices (``fastest``: spec, microseconds, noise), to tell a near tie from a clear win.
 
 Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
 own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
@@ -431,6 +432,7 @@ def measure(
         row["chosen"] = dict(chosen)
         # which template config won, where it was not ATen's (variants that tune apart can differ)
         row["winners"] = {e["problem"]: e["specs"] for e in winners.values() if any(_not_aten(s) for s in e["specs"])}
+        row["fastest"] = {e["problem"]: e["fastest"] for e in winners.values() if "fastest" in e}
         row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
     for _ in range(WARMUP):
         step(fn)
@@ -514,6 +516,9 @@ def watch_choices(plan: dict[str, Any] | None = None) -> Any:
                 entry = plan.setdefault(report.problem.key(), {"problem": describe(report.problem), "specs": []})
                 if str(report.chosen) not in entry["specs"]:
                     entry["specs"].append(str(report.chosen))
+                if report.source == "tuned":  # its three fastest: how far the winner was from the next
+                    fastest = sorted((t for t in report.timings if t.ok), key=lambda t: t.ms)[:3]
+                    entry["fastest"] = [[str(t.spec), round(t.ms * 1e3, 2), round(t.noise, 3)] for t in fastest]
 
     tunesmith.register(Watch(), "models_watch")
     return chosen

@@ -32,6 +32,9 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     assert mine["out_rel_err"] < 2e-2 and mine["warm_first_step_s"] > 0  # bfloat16 against eager
     winners = mine["winners"]  # by Problem, only where a spec is not ATen's
     assert all(any(not spec.startswith("aten:") for spec in specs) for specs in winners.values())
+    fastest = mine["fastest"]  # every Problem tuned in the first process: its three fastest, best first
+    assert fastest and all(0 < len(top) <= 3 for top in fastest.values())
+    assert all([us for _, us, _ in top] == sorted(us for _, us, _ in top) for top in fastest.values())
     for key in ("first_step_s", "warm_first_step_s"):  # --warm's variants: cold and warm first steps
         assert len(mine[f"{key}_processes"]) == 3
         assert mine[key] == round(statistics.median(mine[f"{key}_processes"]), 3)
