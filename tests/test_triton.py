@@ -132,8 +132,10 @@ for make, op, dtype, layout, chain in [(tensors, *c) for c in cases] + extra:
                  "choices": len(choices), "worst": max(errors, default=None), "tolerance": tolerance(problem),
                  "kinds": sorted({kind(c.spec) for c in choices})})
 bf16 = build_problem("mm", [torch.randn(4, 4).bfloat16(), torch.randn(4, 4).bfloat16()], {})[0]
+from triton.runtime import interpreter
 print(json.dumps({"rows": rows, "bf16_choices": len(tunesmith_choices(bf16, None)),
-                  "status": hooks.plugin_status("triton").reason}))
+                  "status": hooks.plugin_status("triton").reason,
+                  "overflow_checks": interpreter.interpreter_builder.options.sanitize_overflow}))
 """
 
 
@@ -174,6 +176,12 @@ def test_tma_persistent_and_split_k_kernels_are_offered_where_they_fit(interpret
 def test_the_interpreter_offers_no_bfloat16_and_says_why(interpreted):
     assert interpreted["bf16_choices"] == 0
     assert "no bfloat16" in interpreted["status"] and "interpreter" in interpreted["status"]
+
+
+def test_the_interpreter_computes_no_overflow_check_that_it_would_not_assert(interpreted):
+    """Without debug the interpreter drops each int32 overflow check it computed (half a GEMM
+    template's time there); the plugin turns them off, as a GPU compile drops them."""
+    assert interpreted["overflow_checks"] is False
 
 
 def test_without_a_gpu_or_the_interpreter_the_plugin_says_why():
