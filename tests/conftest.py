@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import alone
 import pytest
 import servers
 import torch
@@ -37,6 +38,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     servers or sleeping backends, and a core would sit idle; each test may start servers, workers
     and compilers of its own). See docs/decisions.md."""
     return max(1, min(4, (os.cpu_count() or 1) + 1))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{alone.MARKER}: runs while no other test of the session runs (tests/alone.py)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that run alone go last: the workers then wait for one only at the session's end."""
+    items.sort(key=lambda item: item.get_closest_marker(alone.MARKER) is not None)  # stable: the rest keep their order
+
+
+@pytest.fixture(autouse=True)
+def turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test runs in a turn: shared, or alone where it is marked so (tests/alone.py)."""
+    whole = request.node.get_closest_marker(alone.MARKER) is not None
+    with alone.turn(alone.session_folder(tmp_path_factory), whole):
+        yield
 
 
 @pytest.fixture(autouse=True)

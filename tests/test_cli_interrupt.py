@@ -26,8 +26,9 @@ from tunesmith_hookspecs import structure
 from conftest import run_env
 
 PROBLEMS = 30
-#: what the tests allow from the signal to the exit
-STOP_WITHIN_S = 2.0
+#: what the tests allow from the signal to the exit (about a second alone; 2.2 s seen on CI's two
+#: cores shared with the other tests)
+STOP_WITHIN_S = 3.0
 #: the longest wait for the command to be ready for a signal (it imports torch first)
 READY_WITHIN_S = 30.0
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)

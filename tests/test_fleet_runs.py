@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import alone
 import pytest
 from servers import KINDS, Redis, Server, free_port, layer_name
 
@@ -115,12 +116,14 @@ def one_process_s(problem_set: Path, fixture_sites: dict[str, Path], tmp_path_fa
 
 def _once_per_session(tmp_path_factory: pytest.TempPathFactory, name: str, measure: Callable[[], float]) -> float:
     """``measure()``, run once per test session by whichever pytest-xdist worker asks first (one
-    at a time) and read from a shared file by the others."""
-    shared = _session_folder(tmp_path_factory) / f"{name}.json"
-    with (shared.parent / "fleet-one-process.lock").open("w") as held:
+    at a time, and alone, as the runs it is the yardstick of) and read from a shared file by the others."""
+    folder = alone.session_folder(tmp_path_factory)
+    shared = folder / f"{name}.json"
+    with (folder / "fleet-one-process.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if not shared.exists():
-            shared.write_text(json.dumps(measure()))
+            with alone.turn(folder, whole=True):
+                shared.write_text(json.dumps(measure()))
         return json.loads(shared.read_text())
 
 
@@ -140,12 +143,6 @@ def fleet(problem_set: Path, fixture_sites: dict[str, Path], tmp_path: Path) -> 
     yield start
     for run in started:
         run.release()
-
-
-def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder of this test session that every pytest-xdist worker shares."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 class Fleet:
@@ -295,6 +292,7 @@ class Fleet:
         return {"wall_s": wall, "tunings": self.tunings(), "outs": outs}
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("engine", ENGINES)
 def test_eight_processes_tune_each_problem_once_in_a_fifth_of_the_time(engine, fleet, one_process_s):
     outcome = fleet(engine).finish()
@@ -319,14 +317,15 @@ def test_a_process_killed_halfway_loses_nothing_and_only_its_problem_is_tuned_ag
     assert all(len(pids) == 1 for pids in tunings.values()), tunings  # nothing else tuned twice
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("engine", ("local", "redis"))
 def test_four_processes_take_each_others_winners_as_they_arrive_in_half_the_time(
     engine, fleet, build_set, one_process_build_s, tmp_path
 ):
     """Issue 36: each process tunes its share and builds the others' winners as they are published,
     beside its own tuning; it used to build them one after another once through its own (a second
-    each), which left 4 processes at 0.73x one process's time. The best of two runs is held to the
-    bar: on CI's two cores, shared with the other tests, one run's start alone varies by seconds."""
+    each), which left 4 processes at 0.73x one process's time. It runs alone (tests/alone.py), and
+    the best of two runs is held to the bar: on CI's two cores one run's start varies by seconds."""
     walls = []
     for attempt in range(2):
         log = tmp_path / f"builds{attempt}.log"
