@@ -23,7 +23,7 @@ def fleet(tmp_path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.alone  # the lone rank and the job must time alike: other tests' load flipped an attention winner
+@pytest.mark.alone  # the lone rank and the job time alike only with the cores to themselves
 def test_two_ranks_split_the_cold_tune_and_run_the_same_plan(tmp_path):
     proc = fleet(tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -37,14 +37,11 @@ def test_two_ranks_split_the_cold_tune_and_run_the_same_plan(tmp_path):
     assert not alone["store_layer"] and all(r["store_layer"] and r["backends"] == ["aten"] for r in ranks)
     plans = [{key: entry["specs"] for key, entry in r["plan"].items()} for r in ranks]
     assert plans[0] == plans[1] and all(len(specs) == 1 for specs in plans[0].values())
-    differ = (
-        {k: e["problem"] for row in body["rows"] for k, e in row["plan"].items()}
-        if set(plans[0]) != set(alone["plan"])
-        else {}
-    )
-    assert set(plans[0]) == set(alone["plan"]), sorted(
-        (k[:8], differ[k], k in alone["plan"]) for k in set(plans[0]) ^ set(alone["plan"])
-    )
+    # a lone rank and the job may pick apart between torch's fused CPU attention and math (seen on
+    # CI's cores, run alone too): math's backward holds six bmm Problems that the fused one does not
+    named = {k: e["problem"] for row in body["rows"] for k, e in row["plan"].items()}
+    apart = sorted((k[:8], named[k], k in alone["plan"]) for k in set(plans[0]) ^ set(alone["plan"]))
+    assert all(problem.startswith("bmm ") for _, problem, _ in apart), apart
     assert len(plans[0]) == body["problems"] > 0
     assert sum(r["counters"].get("autotune_tuned", 0) for r in ranks) == body["problems"] == body["tuned"]
     assert alone["counters"]["autotune_tuned"] == body["problems"]
