@@ -133,9 +133,23 @@ for make, op, dtype, layout, chain in [(tensors, *c) for c in cases] + extra:
                  "kinds": sorted({kind(c.spec) for c in choices})})
 bf16 = build_problem("mm", [torch.randn(4, 4).bfloat16(), torch.randn(4, 4).bfloat16()], {})[0]
 from triton.runtime import interpreter
+from tunesmith_triton import kernels
+
+# the language patches of one launch of the GEMM template over 4 programs (each calls helpers),
+# against those of patching for its kernel once
+patches = []
+count_patches = interpreter._patch_builtin
+interpreter._patch_builtin = lambda *args: (patches.append(1), count_patches(*args))[1]
+interpreter._patch_lang(kernels.gemm_kernel.fn).restore()
+once = len(patches)
+problem, inputs = build_problem("mm", [torch.randn(64, 32), torch.randn(32, 64)], {})
+(small,) = [c for c in tunesmith_choices(problem, None) if str(c.spec).startswith("triton:gemm[block_k=32,block_m=32,")]
+patches.clear()
+small.kernel()(*inputs)
 print(json.dumps({"rows": rows, "bf16_choices": len(tunesmith_choices(bf16, None)),
                   "status": hooks.plugin_status("triton").reason,
-                  "overflow_checks": interpreter.interpreter_builder.options.sanitize_overflow}))
+                  "overflow_checks": interpreter.interpreter_builder.options.sanitize_overflow,
+                  "language_patches": {"once": once, "launch_of_4_programs": len(patches)}}))
 """
 
 
@@ -182,6 +196,13 @@ def test_the_interpreter_computes_no_overflow_check_that_it_would_not_assert(int
     """Without debug the interpreter drops each int32 overflow check it computed (half a GEMM
     template's time there); the plugin turns them off, as a GPU compile drops them."""
     assert interpreted["overflow_checks"] is False
+
+
+def test_the_interpreter_patches_the_language_once_per_launch_not_per_helper_call(interpreted):
+    """The interpreter patched ``triton.language`` again at each helper call of each program (40% of
+    a GEMM template's time there); the plugin makes a launch patch it once."""
+    patches = interpreted["language_patches"]
+    assert patches["once"] > 0 and patches["launch_of_4_programs"] == patches["once"], patches
 
 
 def test_without_a_gpu_or_the_interpreter_the_plugin_says_why():
