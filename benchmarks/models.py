@@ -67,8 +67,9 @@ more under cProfile, cold and then on the row's warm caches, and writes where ea
 time went (``MODEL-VARIANT.cold.txt``, ``.warm.txt``).
 
 A model's rows are timed one after another, and an H100 under sustained load lowers its clock:
-each row records the SM clock after its timing (``sm_clock_mhz``); differences of a few percent
-between rows of one model, timed minutes apart, are not established by one run.
+each row records the SM clock after its timing (``sm_clock_mhz``) and after each round
+(``sm_clock_mhz_rounds``, beside ``step_ms_rounds``); differences of a few percent between rows of
+one model, timed minutes apart, are not established by one run.
 """
 
 from __future__ import annotations
@@ -437,7 +438,7 @@ def measure(
     for _ in range(WARMUP):
         step(fn)
     sync()
-    times = []
+    times, clocks = [], []
     for _ in range(ROUNDS):  # steps enqueued back to back, as a training or serving loop runs them
         if cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -450,10 +451,14 @@ def measure(
             end.record()
             end.synchronize()
             times.append(begin.elapsed_time(end) / STEPS)
+            with contextlib.suppress(Exception):  # without NVML the row goes without it
+                clocks.append(torch.cuda.clock_rate())  # rounds that drift apart: the card's clock, or not
         else:
             times.append((time.perf_counter() - begin_s) * 1e3 / STEPS)
     row["step_ms"] = round(statistics.median(times), 4)
     row["step_ms_rounds"] = [round(t, 4) for t in times]
+    if clocks:
+        row["sm_clock_mhz_rounds"] = clocks
     if cuda:
         kernels = os.environ.get(KERNELS_ENV)
         table_path = Path(kernels) / f"{model_name}-{variant}.txt" if kernels else None

@@ -55,6 +55,21 @@ def test_import_tunesmith_is_light_and_every_public_name_loads_on_use():
     }
 
 
+def test_the_cores_plugin_and_its_disk_layer_load_without_torch():
+    """A process that only reads and writes the local cache (the conformance suite's writer
+    processes) loads the core's plugin and uses its layer without importing torch."""
+    script = """if True:
+        import json, sys
+        from tunesmith.conformance.target import Target
+        layers = Target.load("core", "cpu", reference=False).cache_layers()
+        layers[0].put("k", b"value")
+        print(json.dumps({"torch": "torch" in sys.modules, "got": layers[0].get("k").decode()}))
+    """
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"torch": False, "got": "value"}
+
+
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         tunesmith.no_such_name  # noqa: B018

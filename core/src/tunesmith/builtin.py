@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tunesmith.bench import DefaultBenchmarker
 from tunesmith.cache.dist_store import DistributedStoreLayer, default_store
 from tunesmith.cache.local import LocalDiskCache
 from tunesmith.config import Options
@@ -29,6 +28,8 @@ def tunesmith_cache_layers(options: Options) -> Sequence[CacheLayer]:
 
 @hookimpl(trylast=True)
 def tunesmith_benchmarker(options: Options) -> Benchmarker:
+    from tunesmith.bench import DefaultBenchmarker  # imports torch: not for a process that only reads caches
+
     return DefaultBenchmarker(options)
 
 

@@ -35,9 +35,9 @@ KIND_HOOKS = {
 }
 
 
-def load_only(name: str) -> PluginSystem:
-    """Load the plugin ``name`` and the aten reference, and no other installed plugin."""
-    return reload_plugins(only={name, REFERENCE})
+def load_only(name: str, reference: bool = True) -> PluginSystem:
+    """Load the plugin ``name`` and (with ``reference``) the aten reference, and no other installed plugin."""
+    return reload_plugins(only={name, REFERENCE} if reference else {name})
 
 
 @attrs.define
@@ -51,8 +51,9 @@ class Target:
     device: str
 
     @classmethod
-    def load(cls, name: str, device: str) -> Target:
-        system = load_only(name)
+    def load(cls, name: str, device: str, reference: bool = True) -> Target:
+        """``name`` loaded alone; without ``reference`` (a cache layer's writer processes) no aten either."""
+        system = load_only(name, reference)
         record = system.records.get(name)
         if record is None:
             installed = sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})

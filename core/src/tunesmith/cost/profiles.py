@@ -12,8 +12,6 @@ import logging
 import re
 from pathlib import Path
 
-import torch
-
 from tunesmith.cache.local import default_cache_dir
 from tunesmith.config import Options
 from tunesmith_hookspecs import DeviceInfo, structure, unstructure
@@ -185,6 +183,8 @@ def builtin_profile(device: object, options: Options) -> DeviceInfo | None:
         return device
     if isinstance(device, str) and device in PRESETS:
         return PRESETS[device]
+    import torch  # here, not at import: the core's plugin loads without torch where only caches are used
+
     try:
         device = torch.device(device)  # type: ignore[arg-type]
     except (RuntimeError, TypeError):
