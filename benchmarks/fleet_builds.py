@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "fleet_worker.py"
 PLUGIN = ROOT / "tests" / "fixture_plugins" / "bench"
 PROBLEMS, PROCESSES, BUILD_S = 16, 4, 1.0
+NK = 256  # N and K: ATen's mm takes about 36 us on one core, fixture_slowbuild's kept product a few
 BAR = 0.5
 SETUPS = ("one", "local", "redis")
 
@@ -50,7 +51,7 @@ def install_plugin(target: Path) -> Path:
 
 
 def problem_set(path: Path) -> Path:
-    cases = [{"name": f"mm{i}", "op": "mm", "M": 8 + i, "N": 8, "K": 8, "dtype": "float32"} for i in range(PROBLEMS)]
+    cases = [{"name": f"mm{i}", "op": "mm", "M": 8 + i, "N": NK, "K": NK, "dtype": "float32"} for i in range(PROBLEMS)]
     path.write_text(json.dumps({"cases": cases}))
     return path
 

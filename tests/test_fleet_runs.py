@@ -36,6 +36,9 @@ RUNS = 4
 #: issue 36's runs: problems whose one choice besides ATen's builds for BUILD_S (and wins), split
 #: by BUILD_PROCESSES processes benchmarking in worker processes
 BUILD_PROBLEMS, BUILD_PROCESSES, BUILD_S = 16, 4, 1.0
+#: N and K of the build set: ATen's mm takes about 36 us there on one core, and fixture_slowbuild's
+#: kept product a few: at N = K = 8 both took about 4.5 us, and under load ATen won one problem
+BUILD_NK = 256
 BUILD_BACKENDS = "aten,fixture_slowbuild"
 #: the one-process yardstick of the build runs is timed on this many of the problems, and scaled
 BUILD_ALONE = 4
@@ -50,7 +53,7 @@ LOCK_TTL_S = 2.0
 def build_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Issue 36's set: ``BUILD_PROBLEMS`` mm problems (ATen's choice, and ``fixture_slowbuild``'s)."""
     path = tmp_path_factory.mktemp("fleet-build") / "set.json"
-    case = {"op": "mm", "N": 8, "K": 8, "dtype": "float32"}
+    case = {"op": "mm", "N": BUILD_NK, "K": BUILD_NK, "dtype": "float32"}
     cases = [{"name": f"mm{i}", "M": 8 + i, **case} for i in range(BUILD_PROBLEMS)]
     path.write_text(json.dumps({"cases": cases}))
     return path
@@ -335,7 +338,7 @@ def test_four_processes_take_each_others_winners_as_they_arrive_in_half_the_time
         counters = [o["counters"] for o in outcome["outs"]]
         assert sum(c.get("autotune_tuned", 0) for c in counters) == BUILD_PROBLEMS, counters
         assert all(c.get("autotune_tuned", 0) > 0 for c in counters), counters  # each took its share
-        shapes = {f"{8 + i}x8x8" for i in range(BUILD_PROBLEMS)}
+        shapes = {f"{8 + i}x{BUILD_NK}x{BUILD_NK}" for i in range(BUILD_PROBLEMS)}
         for out in outcome["outs"]:  # every process runs every winner: fixture_slowbuild's, built there
             assert {shape for pid, shape, _ in builds(log) if pid == out["pid"]} == shapes
         walls.append(outcome["wall_s"])
