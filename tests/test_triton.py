@@ -213,6 +213,31 @@ def test_without_a_gpu_or_the_interpreter_the_plugin_says_why():
     assert "numpy" in status.reason  # the interpreter imports it; the plugin's wheels do not bring it
 
 
+def test_loading_the_plugin_imports_no_triton_until_a_problem_it_may_serve():
+    """Every process that loads plugins (each benchmark worker too) loads this one: it imports
+    Triton, a third of a second, only for a Problem on the device its templates run on."""
+    script = """if True:
+        import json, sys, torch
+        import tunesmith
+        from tunesmith import hooks
+        from tunesmith.problem import build_problem
+        status = hooks.plugin_status("triton")
+        loaded = "triton" in sys.modules
+        problem, _ = build_problem("mm", [torch.randn(8, 8), torch.randn(8, 8)], {})
+        offered, _ = hooks.choices(problem, tunesmith.current_options())
+        ours = sum(c.spec.backend == "triton" for c in offered)
+        print(json.dumps({"loaded": loaded, "after_cpu_problem": "triton" in sys.modules,
+                          "runnable": status.runnable, "triton_choices": ours}))
+    """
+    env = {k: v for k, v in run_env().items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the plugin serves it")
+    assert seen == {"loaded": False, "after_cpu_problem": False, "runnable": False, "triton_choices": 0}, seen
+
+
 def test_a_chain_longer_than_the_template_takes_is_not_offered():
     from tunesmith_triton.choice import epilogue_plan
 

@@ -5,6 +5,8 @@ of tile configs.
 
 On a GPU the kernels run compiled; with ``TRITON_INTERPRET=1`` they run in Triton's interpreter
 on CPU tensors (tests), where bfloat16 is not offered: the interpreter has no bfloat16 ``tl.dot``.
+Loading the plugin imports no Triton (a third of a second of every process that loads plugins,
+a benchmark worker's too): the hooks import the templates for a Problem on the device they run on.
 """
 
 from __future__ import annotations
@@ -24,11 +26,7 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and importlib.util.f
 import torch
 
 from tunesmith_hookspecs import Choice, ChoiceSpec, DeviceInfo, PluginStatus, Problem, hookimpl
-from tunesmith_triton import attention
-from tunesmith_triton.choice import NAME, OPS, TEMPLATES, TritonChoice, epilogue_plan, precision
-from tunesmith_triton.configs import configs_for, multiprocessors, shared_memory, tma_fits
-from tunesmith_triton.conv import CONV_TEMPLATE, ConvChoice, conv_choices
-from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
+from tunesmith_triton.served import ATTENTION_OP, CONV_TEMPLATE, NAME, SERVED, TEMPLATES
 
 __all__ = [
     "ConvChoice",
@@ -39,8 +37,18 @@ __all__ = [
     "tunesmith_rebuild_choice",
 ]
 
-#: every op the plugin serves: the GEMM templates', the conv template's and flash attention's
-SERVED = (*OPS, "conv", attention.OP)
+
+def __getattr__(name: str) -> Any:
+    """The choice types, imported (with Triton) when first asked for."""
+    if name == "TritonChoice":
+        from tunesmith_triton.choice import TritonChoice
+
+        return TritonChoice
+    if name == "ConvChoice":
+        from tunesmith_triton.conv import ConvChoice
+
+        return ConvChoice
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def interpreting() -> bool:
@@ -113,13 +121,18 @@ def tunesmith_plugin_status() -> PluginStatus:
 
 
 def _offered(problem: Problem) -> bool:
-    if problem.op == attention.OP:
-        return problem.device == _device() and problem.inputs[0].dtype in _dtypes() and attention.serves(problem)
+    """Whether a template runs ``problem``: its device and dtypes first, which need no Triton."""
+    if problem.op not in SERVED or problem.device != _device():
+        return False
+    if problem.op == ATTENTION_OP:
+        from tunesmith_triton import attention
+
+        return problem.inputs[0].dtype in _dtypes() and attention.serves(problem)
+    from tunesmith_triton.choice import epilogue_plan
+
     op_inputs = problem.inputs[: problem.num_op_inputs]
     return (
-        problem.op in SERVED
-        and problem.device == _device()
-        and op_inputs[0].dtype in _dtypes()
+        op_inputs[0].dtype in _dtypes()
         and all(m.dtype in _dtypes() for m in problem.inputs)
         and epilogue_plan(problem) is not None
     )
@@ -127,6 +140,8 @@ def _offered(problem: Problem) -> bool:
 
 def _multiprocessors() -> int:
     """Programs of a persistent kernel: the GPU's SMs (2 in the interpreter, to test the loop)."""
+    from tunesmith_triton.configs import multiprocessors
+
     return 2 if interpreting() else multiprocessors(torch.cuda.current_device())
 
 
@@ -135,9 +150,16 @@ def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
     if not _offered(problem):
         return []
     if problem.op == "conv":
+        from tunesmith_triton.conv import conv_choices
+
         return conv_choices(problem, interpreting())
-    if problem.op == attention.OP:
+    if problem.op == ATTENTION_OP:
+        from tunesmith_triton import attention
+
         return list(attention.choices(NAME, problem, problem.device))
+    from tunesmith_triton.choice import TritonChoice, precision
+    from tunesmith_triton.configs import configs_for
+
     dot, sms = precision(problem), _multiprocessors()
     return [
         TritonChoice(ChoiceSpec(NAME, template, config.params()), problem, dot, sms)
@@ -149,17 +171,25 @@ def tunesmith_choices(problem: Problem, options: Any) -> list[Choice]:
 def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | None:
     if spec.backend != NAME or not _offered(problem):
         return None
-    if problem.op == attention.OP:
+    if problem.op == ATTENTION_OP:
+        from tunesmith_triton import attention
+
         return attention.rebuild(spec, problem)
     if (spec.template == CONV_TEMPLATE) != (problem.op == "conv"):
         return None
+    from tunesmith_triton.choice import TritonChoice, precision
+
     if spec.template == CONV_TEMPLATE:
+        from tunesmith_triton.conv import ConvChoice
+
         try:
             return ConvChoice(spec, problem, precision(problem))
         except (TypeError, ValueError):  # params of another version, or a problem the template declines
             return None
     if spec.template not in TEMPLATES:
         return None
+    from tunesmith_triton.configs import tma_fits
+
     if spec.template == "gemm_tma" and not tma_fits(problem):
         return None
     try:
@@ -171,8 +201,15 @@ def tunesmith_rebuild_choice(spec: ChoiceSpec, problem: Problem) -> Choice | Non
 @hookimpl
 def tunesmith_estimate_runtime(node: Any, device: DeviceInfo) -> float | None:
     """Our choices' estimates (``cost.py``); anything else is left to other plugins."""
+    if getattr(getattr(node, "spec", None), "backend", None) != NAME:
+        return None
+    from tunesmith_triton.choice import TritonChoice
+
     if not isinstance(node, TritonChoice):
         return None
+    from tunesmith_triton.configs import multiprocessors, shared_memory
+    from tunesmith_triton.cost import SHARED_MEMORY, estimate_ms, work_of
+
     on_gpu = _device() == "cuda"
     sms = device.multiprocessors or (multiprocessors(torch.cuda.current_device()) if on_gpu else 1)
     limit = shared_memory(torch.cuda.current_device()) if on_gpu else SHARED_MEMORY

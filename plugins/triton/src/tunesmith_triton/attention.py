@@ -15,8 +15,8 @@ import torch
 from tunesmith.plugin import scratch_like, torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton import flash
+from tunesmith_triton.served import ATTENTION_OP as OP
 
-OP = "attention"
 TEMPLATE = "flash_attention"
 #: the widest head the template's tiles are planned for
 MAX_HEAD_DIM = 256

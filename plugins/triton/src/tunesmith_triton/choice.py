@@ -22,17 +22,13 @@ from tunesmith_triton.kernels import (
     gemm_tma_kernel,
 )
 from tunesmith_triton.launchers import built_early
+from tunesmith_triton.served import TEMPLATES
 
 try:  # host-side TMA descriptors (Triton 3.4 and later)
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - older Triton: no TMA template
     TensorDescriptor = None
 
-NAME = "triton"
-#: the ops the GEMM templates serve (conv has its own template: conv.py)
-OPS = ("mm", "addmm", "bmm", "baddbmm", "mm_plus_mm")
-#: the templates: pointer loads with any strides (and split-K), and TMA descriptor loads
-TEMPLATES = ("gemm", "gemm_tma")
 #: the narrowest column slice an epilogue is split into
 MIN_SUBTILE_N = 16
 

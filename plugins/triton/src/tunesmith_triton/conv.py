@@ -24,11 +24,10 @@ import triton.language as tl
 from tunesmith.plugin import torch_dtype
 from tunesmith_hookspecs import ChoiceSpec, Problem
 from tunesmith_triton import inductor
-from tunesmith_triton.choice import NAME, Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
+from tunesmith_triton.choice import Config, Launch, TritonChoice, epilogue_plan, finish_args, precision
 from tunesmith_triton.configs import Target, _cdiv, affordable, fits, gpu_target, sized
 from tunesmith_triton.kernels import _finish, _tile
-
-CONV_TEMPLATE = "conv"
+from tunesmith_triton.served import CONV_TEMPLATE, NAME
 
 #: (BLOCK_M pixels, BLOCK_N out channels, BLOCK_K channels, warps, stages) on a GPU: square and
 #: wide tiles for many channels, thin BLOCK_N for few, deeper BLOCK_K for long channel reductions

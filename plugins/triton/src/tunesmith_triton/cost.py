@@ -19,7 +19,8 @@ from tunesmith.plugin import math_dtype, peak_flops, problem_bytes, torch_dtype
 from tunesmith_hookspecs import DeviceInfo, Problem
 from tunesmith_triton.choice import Config, TritonChoice
 from tunesmith_triton.configs import _cdiv, dims, gemm_operands, pipeline_bytes
-from tunesmith_triton.conv import CONV_TEMPLATE, conv_sizes
+from tunesmith_triton.conv import conv_sizes
+from tunesmith_triton.served import CONV_TEMPLATE
 
 #: fraction of the SM's peak a tile's main loop reaches: warpgroup MMA (tiles of 64 rows or
 #: more) and the older MMA, each scaled by intensity / (intensity + INTENSITY_HALF)
