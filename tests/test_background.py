@@ -141,6 +141,41 @@ def test_a_graph_traced_without_grad_is_compiled_again_without_grad_when_wait_sw
         assert close(compiled(x, w1, w2), mlp(x, w1, w2))
 
 
+def _python_calls(fn, *args) -> int:
+    """The Python and C calls one call of ``fn`` makes (after a first call)."""
+    fn(*args)
+    count = 0
+
+    def seen(frame, event, arg):
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    sys.setprofile(seen)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+@pytest.mark.parametrize("compiler", ["eager", "inductor"])
+def test_a_swapped_graph_costs_a_step_one_python_call_more_than_its_blocking_compile(register, monkeypatch, compiler):
+    """After the swap a background graph runs the blocking compile through its own ``__call__``
+    alone: a second ``torch._dynamo.disable`` wrapper around it cost each step nine calls more, a
+    host-bound decode step's microseconds."""
+    monkeypatch.setenv("TUNESMITH_GRAPH_COMPILER", compiler)
+    register(Counted())
+    x, w1, w2 = rand(8, 16), rand(16, 24), rand(24, 8)
+    background_fn = torch.compile(lambda *a: mlp(*a), backend="tunesmith", options={"backends": ["counted"]})
+    with torch.no_grad():
+        background_fn(x, w1, w2)
+        assert tunesmith.wait() is True and tunesmith.counters["background_swapped"] == 1
+        blocking = {"backends": ["counted"], "tuning": "blocking"}
+        blocking_fn = torch.compile(lambda *a: mlp(*a), backend="tunesmith", options=blocking)
+        calls = _python_calls(background_fn, x, w1, w2), _python_calls(blocking_fn, x, w1, w2)
+    assert calls[0] - calls[1] <= 1, calls
+
+
 def test_no_worker_boots_beside_the_first_step_the_tuner_starts_it_and_a_known_graph_needs_none(monkeypatch):
     """A benchmark worker booting beside the first step slowed it (docs/decisions.md): in background
     mode the compile starts none; the tuner's first job does, and a graph already marked tuned

@@ -135,7 +135,7 @@ class Background:
         began = time.monotonic()
         blocking = attrs.evolve(self._settings, tuning="blocking")
         with torch._guards.tracing(_fresh_context(self._symbolic)), torch.set_grad_enabled(self._grad):
-            self.current = self._compile(self._original, self._inputs, blocking, None)
+            self.current = _undisabled(self._compile(self._original, self._inputs, blocking, None))
         self._settle()
         bump("background_swapped")
         log.info(
@@ -198,6 +198,15 @@ def _copy(gm: fx.GraphModule) -> fx.GraphModule:
     return copied
 
 
+def _undisabled(compiled: Any) -> Any:
+    """``compiled`` without the ``torch._dynamo.disable`` wrapper a graph compiler puts around it:
+    Dynamo puts one around the :class:`Background` that calls it, and a second cost every step
+    of a host-bound model (a decode step) nine more Python calls."""
+    from torch._dynamo.eval_frame import innermost_fn
+
+    return innermost_fn(compiled) if getattr(compiled, "_torchdynamo_disable", False) else compiled
+
+
 def _fresh_context(symbolic: list[tuple[torch.Tensor, Any]]) -> torch._guards.TracingContext:
     """A tracing context as Dynamo makes one, with Dynamo's symbolic contexts of the real example
     inputs (its own context is spent: reused after its compile, it traces into symbolic sizes)."""
@@ -231,8 +240,9 @@ def compile_in_background(
         return compile(gm, example_inputs, attrs.evolve(settings, tuning="blocking"), None)
     graph = Background(gm, example_inputs, settings, compile)
     graph.mark_key = key
-    graph.current = compile(gm, example_inputs, settings, graph)
-    if getattr(graph.current, "_boxed_call", False):
+    compiled = compile(gm, example_inputs, settings, graph)
+    if getattr(compiled, "_boxed_call", False):
         graph._boxed_call = True  # type: ignore[attr-defined]  # called as Dynamo calls the graph
+    graph.current = _undisabled(compiled)
     tuner.graphs.append(graph)
     return graph
