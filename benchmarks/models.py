@@ -32,12 +32,13 @@ choices (``fastest``: spec, microseconds, noise), to tell a near tie from a clea
 Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
 own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
 times the first step (``first_step_s``: compile, tuning and one run, to the GPU's last kernel;
-``torch.compile()`` itself, which loads the backend's modules, is ``compile_call_s``);
-then the relative error by norm of the outputs (and, training, of the input's and every weight's
-gradient: the largest) against eager; then ``step_ms``: after warm-up, the median of 5 rounds of
-20 steps enqueued back to back, timed with CUDA events; and ``gpu_ms``: the profiler's device time
-over 10 steps, per step. tunesmith and reduce-overhead rows run a second process on the warm
-caches (``warm_first_step_s``).
+``torch.compile()`` itself, which loads the backend's modules, is ``compile_call_s``; the step
+starts after a garbage collection, and ``first_step_gc`` counts the collections in it and their
+seconds); then the relative error by norm of the outputs (and, training, of the input's and every
+weight's gradient: the largest) against eager; then ``step_ms``: after a warm-up of at least 1 s
+(the GPU's steady state), the median of 5 rounds of 20 steps enqueued back to back, timed with
+CUDA events; and ``gpu_ms``: the profiler's device time over 10 steps, per step. tunesmith and
+reduce-overhead rows run a second process on the warm caches (``warm_first_step_s``).
 
 How a run is split (max-autotune's compiles take minutes each, a device call at most ten, and a
 session's device time thirty): ``benchmarks/models_gpu.sh`` runs this script once per GPU of a
@@ -76,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -93,6 +95,9 @@ from typing import Any
 import gemm
 
 WARMUP, ROUNDS, STEPS, PROFILED = 5, 5, 20, 10
+#: warm-up lasts this long at least: an H200 running Llama's GEMMs slowed by 10% over its first
+#: 0.1 s of steps (rounds of 1.32 to 1.45 ms), in every variant, so rounds are timed after it
+WARMUP_S = 1.0
 VARIANTS = (
     "eager",
     "inductor",
@@ -402,13 +407,16 @@ def measure(
     began = time.perf_counter()
     fn = compiled(variant, model)  # what torch.compile() itself loads (a backend's modules), before the first step
     compile_call = time.perf_counter() - began
+    gc.collect()  # every variant's first step starts with the collector's state alike (GcMeter)
     if ready is not None:
         ready()
     sync()
     profiler = _cold_profiler()
+    collector = GcMeter()
     start = time.perf_counter()
-    out = step(fn)
-    sync()
+    with collector:
+        out = step(fn)
+        sync()
     if profiler is not None:
         profiler.disable()
         _write_profile(profiler, Path(os.environ[COLD_PROFILE_ENV]), "cumulative", 60, mine=True)
@@ -416,6 +424,7 @@ def measure(
     row: dict[str, Any] = {
         "first_step_s": round(first, 3),
         "compile_call_s": round(compile_call, 3),
+        "first_step_gc": collector.summary(),
         "out_rel_err": rel_err(out, ref_out),
     }
     if train:
@@ -435,8 +444,13 @@ def measure(
         row["winners"] = {e["problem"]: e["specs"] for e in winners.values() if any(_not_aten(s) for s in e["specs"])}
         row["fastest"] = {e["problem"]: e["fastest"] for e in winners.values() if "fastest" in e}
         row["launch_bound_to_aten"] = tunesmith.counters["launch_bound_to_aten"]
-    for _ in range(WARMUP):
+    warm_until = time.perf_counter() + WARMUP_S
+    steps = 0
+    while steps < WARMUP or time.perf_counter() < warm_until:
         step(fn)
+        steps += 1
+        if steps % WARMUP == 0:
+            sync()
     sync()
     times, clocks = [], []
     for _ in range(ROUNDS):  # steps enqueued back to back, as a training or serving loop runs them
@@ -562,6 +576,35 @@ def host_profile(run: Callable[[], Any], path: Path) -> None:
     torch.cuda.synchronize()
     profiler.disable()
     _write_profile(profiler, path, "tottime", 40)
+
+
+class GcMeter:
+    """Python's garbage collections while it is entered: how many of each generation, and their
+    seconds. A full collection of a process holding torch takes 0.2 to 0.4 s, and it comes once
+    enough objects have survived since the last one, so whether it falls in a first step depends
+    on what the process allocated before it: each variant's first step starts after a collection."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.counts[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._began
+
+    def __enter__(self) -> GcMeter:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict[str, Any]:
+        return {"collections": self.counts, "s": [round(t, 3) for t in self.seconds]}
 
 
 def _cold_profiler() -> Any:
@@ -724,6 +767,7 @@ class Runner:
             warm = self.process(model, variant, gpu, cpus, caches, False)
             row["warm_first_step_s"] = warm.get("first_step_s")
             row["warm_process_s"] = warm.get("process_s")
+            row["warm_first_step_gc"] = warm.get("first_step_gc")
             if "first_step_counters" in warm:
                 row["warm_first_step_counters"] = warm["first_step_counters"]
             if "error" in warm:
@@ -859,8 +903,9 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
     meta["benchmark"] = "models"
     meta["timing"] = (
         f"step_ms: median of {ROUNDS} rounds of {STEPS} steps enqueued back to back (CUDA events) after "
-        f"{WARMUP} warm-up steps; gpu_ms: profiler device time over {PROFILED} steps, per step; first_step_s: "
-        "the first call in a fresh process on empty caches, to the last kernel"
+        f"at least {WARMUP} warm-up steps and {WARMUP_S} s of them; gpu_ms: profiler device time over "
+        f"{PROFILED} steps, per step; first_step_s: the first call in a fresh process on empty caches, to the "
+        "last kernel, after a garbage collection"
     )
     processes = getattr(args, "processes", 1)  # fleet.py describes its run with its own arguments
     if processes > 1:
