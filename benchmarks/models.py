@@ -562,8 +562,9 @@ def gpu_ms(run: Callable[[], Any], table_path: Path | None = None) -> float:
 
 
 def host_profile(run: Callable[[], Any], path: Path) -> None:
-    """Where the host's time goes over ``PROFILED`` steps (cProfile, by own time): a row whose step
-    time exceeds its GPU time is bound by it."""
+    """Where the host's time goes over ``PROFILED`` steps (cProfile, by own time, and the whole
+    profile beside it, to compare two rows call by call): a row whose step time exceeds its GPU
+    time is bound by it."""
     import cProfile
 
     import torch
@@ -575,7 +576,7 @@ def host_profile(run: Callable[[], Any], path: Path) -> None:
         run()
     torch.cuda.synchronize()
     profiler.disable()
-    _write_profile(profiler, path, "tottime", 40)
+    _write_profile(profiler, path, "tottime", 40, mine=True)
 
 
 class GcMeter:
