@@ -41,8 +41,8 @@ BUILD_PROBLEMS, BUILD_PROCESSES, BUILD_S = 16, 4, 1.0
 #: kept product a few: at N = K = 8 both took about 4.5 us, and under load ATen won one problem
 BUILD_NK = 256
 #: the four build runs' bound, as a share of one process's time: it fails the serial builds (0.73x);
-#: issue 36's bar (0.5x) is benchmarks/fleet_builds.py's, 0.478x local and 0.513x Redis on CI's 2
-#: cores, where this test's best of three runs missed 0.5x with Redis
+#: issue 36's bar (0.5x) is benchmarks/fleet_builds.py's (0.489x local and 0.484x Redis on CI's 2
+#: cores), where this test's best of three runs had missed 0.5x with Redis
 BUILD_BOUND = 0.6
 BUILD_BACKENDS = "aten,fixture_slowbuild"
 #: the one-process yardstick of the build runs is timed on this many of the problems, and scaled
