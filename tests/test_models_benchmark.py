@@ -35,8 +35,8 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     fastest = mine["fastest"]  # every Problem tuned in the first process: its three fastest, best first
     assert fastest and all(0 < len(top) <= 3 for top in fastest.values())
     assert all([us for _, us, _ in top] == sorted(us for _, us, _ in top) for top in fastest.values())
-    for key in ("first_step_s", "warm_first_step_s"):  # --warm's variants: cold and warm first steps
-        assert len(mine[f"{key}_processes"]) == 3
+    for key, count in (("first_step_s", 3), ("warm_first_step_s", 5)):  # --warm's: cold and warm first steps
+        assert len(mine[f"{key}_processes"]) == count
         assert mine[key] == round(statistics.median(mine[f"{key}_processes"]), 3)
     assert min(mine["first_step_s_processes"]) > max(mine["warm_first_step_s_processes"])  # fresh caches
     assert "step_ms_processes" not in rows["eager"]  # not in --retime: one process
