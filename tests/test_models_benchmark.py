@@ -30,6 +30,9 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     assert len(mine["step_ms_processes"]) == 3 and "retime_errors" not in mine
     assert mine["step_ms"] == round(statistics.median(mine["step_ms_processes"]), 4)
     assert mine["out_rel_err"] < 2e-2 and mine["warm_first_step_s"] > 0  # bfloat16 against eager
+    for gc_key in ("first_step_gc", "warm_first_step_gc"):  # the step's own collections, by generation
+        collected = mine[gc_key]
+        assert len(collected["collections"]) == len(collected["s"]) == 3 and collected["collections"][0] > 0
     winners = mine["winners"]  # by Problem, only where a spec is not ATen's
     assert all(any(not spec.startswith("aten:") for spec in specs) for specs in winners.values())
     fastest = mine["fastest"]  # every Problem tuned in the first process: its three fastest, best first

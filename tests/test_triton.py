@@ -233,9 +233,8 @@ def test_loading_the_plugin_imports_no_triton_until_a_problem_it_may_serve():
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: the plugin serves it")
-    assert seen == {"loaded": False, "after_cpu_problem": False, "runnable": False, "triton_choices": 0}, seen
+    runnable = torch.cuda.is_available()  # a GPU's templates are offered on CUDA Problems, not this CPU one
+    assert seen == {"loaded": False, "after_cpu_problem": False, "runnable": runnable, "triton_choices": 0}, seen
 
 
 def test_a_chain_longer_than_the_template_takes_is_not_offered():
