@@ -36,8 +36,10 @@ from redis_load import start_redis
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "fleet_worker.py"
 PLUGIN = ROOT / "tests" / "fixture_plugins" / "bench"
-PROBLEMS, PROCESSES, BUILD_S = 16, 4, 1.0
-NK = 256  # N and K: ATen's mm takes about 36 us on one core, fixture_slowbuild's kept product a few
+#: the set of tests/test_fleet_runs.py's build runs: 16 mm problems, M 8 to 23, N = K = 256 (ATen's
+#: mm takes about 36 us on one core there, fixture_slowbuild's kept product a few)
+CASES = ROOT / "tests" / "fleet_build_set.json"
+PROBLEMS, PROCESSES, BUILD_S = len(json.loads(CASES.read_text())["cases"]), 4, 1.0
 BAR = 0.5
 SETUPS = ("one", "local", "redis")
 
@@ -48,12 +50,6 @@ def install_plugin(target: Path) -> Path:
     command += ["--disable-pip-version-check", "--target", str(target), str(PLUGIN)]
     subprocess.run(command, check=True, capture_output=True)
     return target
-
-
-def problem_set(path: Path) -> Path:
-    cases = [{"name": f"mm{i}", "op": "mm", "M": 8 + i, "N": NK, "K": NK, "dtype": "float32"} for i in range(PROBLEMS)]
-    path.write_text(json.dumps({"cases": cases}))
-    return path
 
 
 def run(setup: str, folder: Path, site: Path, cases: Path) -> dict[str, Any]:
@@ -122,11 +118,10 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="tunesmith-fleet-builds-"))
     try:
         site = install_plugin(root / "site")
-        cases = problem_set(root / "set.json")
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SETUPS}
         for i in range(args.runs):  # in turns: a slower minute of the machine falls on every setup alike
             for setup in SETUPS:
-                result = run(setup, root / f"{setup}{i}", site, cases)
+                result = run(setup, root / f"{setup}{i}", site, CASES)
                 if sum(result["tuned"]) != PROBLEMS:
                     raise SystemExit(f"{setup}: {sum(result['tuned'])} problems tuned, not {PROBLEMS}: {result}")
                 runs[setup].append(result)
