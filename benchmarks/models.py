@@ -805,29 +805,31 @@ class Runner:
                     row["first_step_s_processes"] = [row["first_step_s"]]
                     row["warm_first_step_s_processes"] = [row.get("warm_first_step_s")]
                 todo.append((row, cache))
+
+        def ran(row: dict[str, Any], result: dict[str, Any]) -> bool:
+            """Whether a process of the turns ran; where it did not, its error goes to the row."""
+            if "error" in result:
+                row.setdefault("retime_errors", []).append(result["error"].splitlines()[0])
+            return "error" not in result
+
         for turn in range(1, self.args.processes):
             for row, cache in todo if turn % 2 else todo[::-1]:
                 variant = row["variant"]
                 if variant in self.args.warm:
                     fresh = self.caches(model, f"{variant}-cold{turn}")
                     cold = self.process(model, variant, gpu, cpus, fresh, False, False)
-                    if "error" in cold:
-                        row.setdefault("retime_errors", []).append(cold["error"].splitlines()[0])
-                    else:
+                    if ran(row, cold):
                         row["first_step_s_processes"].append(cold["first_step_s"])
                 timed = self.process(model, variant, gpu, cpus, self.caches(model, cache), True, False)
-                if "error" in timed:
-                    row.setdefault("retime_errors", []).append(timed["error"].splitlines()[0])
+                if not ran(row, timed):
                     continue
                 row["step_ms_processes"].append(timed["step_ms"])
                 row["gpu_ms_processes"].append(timed.get("gpu_ms"))
                 if variant in self.args.warm:
                     row["warm_first_step_s_processes"].append(timed["first_step_s"])
-                    warm = self.process(model, variant, gpu, cpus, self.caches(model, cache), False, False)
-                    if "error" in warm:
-                        row.setdefault("retime_errors", []).append(warm["error"].splitlines()[0])
-                    else:
-                        row["warm_first_step_s_processes"].append(warm["first_step_s"])
+                    again = self.process(model, variant, gpu, cpus, self.caches(model, cache), False, False)
+                    if ran(row, again):
+                        row["warm_first_step_s_processes"].append(again["first_step_s"])
         for row, _ in todo:
             row["step_ms"] = round(statistics.median(row["step_ms_processes"]), 4)
             gpu_times = [t for t in row.pop("gpu_ms_processes") if t is not None]
