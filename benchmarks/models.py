@@ -66,7 +66,10 @@ the timed processes on warm caches give warm first steps too: 2N - 1 of them).
 Where the time goes: ``--kernels DIR`` writes each row's profiled kernels by name and its host
 profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant twice
 more under cProfile, cold and then on the row's warm caches, and writes where each first step's
-time went (``MODEL-VARIANT.cold.txt``, ``.warm.txt``).
+time went (``MODEL-VARIANT.cold.txt``, ``.warm.txt``); cProfile slows a first step 2 to 3
+times, unevenly. ``--first-step-samples DIR`` instead samples the main thread's stack every 2 ms
+of every process's first step, cold or warm, waits included (``MODEL-VARIANT-PID.txt``: the
+functions by wall time within them and by their own, with the step's time and counters).
 
 A model's rows are timed one after another, and an H100 under sustained load lowers its clock:
 each row records the SM clock after its timing (``sm_clock_mhz``) and after each round
@@ -77,6 +80,7 @@ one model, timed minutes apart, are not established by one run.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
 import json
@@ -125,6 +129,8 @@ RETIMED = ("reduce_overhead", "max_autotune", "tunesmith", "tunesmith_blocking",
 KERNELS_ENV = "MODELS_BENCH_KERNELS"
 #: where a measurement process writes the profile of its first step (``--cold-profile``)
 COLD_PROFILE_ENV = "MODELS_BENCH_PROFILE"
+#: where every measurement process writes its first step's sampled stacks (``--first-step-samples``)
+SAMPLES_ENV = "MODELS_BENCH_SAMPLES"
 
 
 # --- the models (built in the child process) ---
@@ -414,8 +420,9 @@ def measure(
     sync()
     profiler = _cold_profiler()
     collector = GcMeter()
+    sampler = StackSampler() if os.environ.get(SAMPLES_ENV) else contextlib.nullcontext()
     start = time.perf_counter()
-    with collector:
+    with collector, sampler:
         out = step(fn)
         sync()
     if profiler is not None:
@@ -434,6 +441,9 @@ def measure(
         import tunesmith
 
         row["first_step_counters"] = {k: tunesmith.counters[k] for k in FIRST_STEP_COUNTERS}
+    if isinstance(sampler, StackSampler):
+        path = Path(os.environ[SAMPLES_ENV]) / f"{model_name}-{variant}-{os.getpid()}.txt"
+        sampler.write(path, f"first_step_s {first:.3f} counters {row.get('first_step_counters')}")
     del out
     if not timed:
         return row
@@ -607,6 +617,53 @@ class GcMeter:
 
     def summary(self) -> dict[str, Any]:
         return {"collections": self.counts, "s": [round(t, 3) for t in self.seconds]}
+
+
+class StackSampler:
+    """The main thread's stack, sampled from a thread every ``interval`` seconds while entered:
+    where a first step's wall time goes, waits on other processes and the GPU included, at a cost
+    of a few percent (cProfile's is 2 to 3 times the step, unevenly spread)."""
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self.interval = interval
+        self.stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self, main: int) -> None:
+        while not self._stop.wait(self.interval):
+            frame, stack = sys._current_frames().get(main), []
+            while frame is not None:
+                code = frame.f_code
+                where = code.co_filename.split("site-packages/")[-1]
+                stack.append(f"{where}:{code.co_firstlineno}({code.co_name})")
+                frame = frame.f_back
+            self.stacks[tuple(reversed(stack))] += 1
+
+    def __enter__(self) -> StackSampler:
+        self._thread = threading.Thread(target=self._sample, args=(threading.get_ident(),), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def write(self, path: Path, header: str, rows: int = 150) -> None:
+        """The functions by the share of samples they were on the stack in, then by their own."""
+        total = sum(self.stacks.values()) or 1
+        within: collections.Counter[str] = collections.Counter()
+        own: collections.Counter[str] = collections.Counter()
+        for stack, n in self.stacks.items():
+            within.update(dict.fromkeys(stack, n))
+            if stack:
+                own[stack[-1]] += n
+        lines = [header, f"{total} samples, every {self.interval * 1e3:.0f} ms", "", "within (share, function):"]
+        lines += [f"{n / total:6.1%}  {f}" for f, n in within.most_common(rows)]
+        lines += ["", "own:"] + [f"{n / total:6.1%}  {f}" for f, n in own.most_common(rows // 2)]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
 
 
 def _cold_profiler() -> Any:
@@ -1017,6 +1074,9 @@ def main() -> None:
         "--cold-profile",
         help="run each warm-timed variant once more cold and once warm under cProfile; the profiles to this folder",
     )
+    parser.add_argument(
+        "--first-step-samples", help="sample every process's first step's stack; the samples to this folder"
+    )
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --json, run the others")
     parser.add_argument("--chart", help="draw the step-time chart (PNG) here")
     parser.add_argument("--chart-only", help="redraw the chart and table from this JSON file, measure nothing")
@@ -1043,6 +1103,8 @@ def main() -> None:
         return
     if args.kernels:
         os.environ[KERNELS_ENV] = str(Path(args.kernels).resolve())
+    if args.first_step_samples:
+        os.environ[SAMPLES_ENV] = str(Path(args.first_step_samples).resolve())
     meta = describe(args)
     if args.gpus is None:
         args.gpus = list(range(meta.get("gpus", 0))) or [0]

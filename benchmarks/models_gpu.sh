@@ -23,15 +23,16 @@
 # row's table of profiled kernels and host profile goes (WORK/kernels), COLD, where set, where
 # each warm-timed row's cold and warm first-step cProfile goes (none by default: two more processes
 # a row, before its repeats, which in a device call's 10 minutes left no time for the repeats of
-# three models); both are packed into $OUT/profiles.tar.gz at the end. Rows already in WORK's
+# three models), SAMPLES, where set, where every process's first step's sampled stacks go (no
+# extra processes); all are packed into $OUT/profiles.tar.gz at the end. Rows already in WORK's
 # gpu<i>.json are kept (--resume): copy a stopped run's files there to finish it.
 set -u
 source scripts/gpu_install.sh || exit 1
 python3 -m pip install -q --no-deps --no-build-isolation -e plugins/triton || exit 1
 export PYTHONUNBUFFERED=1
 WORK=${WORK:-/tmp/models}
-KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD:-}
-mkdir -p "$WORK" "$KERNELS" ${COLD:+"$COLD"}
+KERNELS=${KERNELS:-$WORK/kernels} COLD=${COLD:-} SAMPLES=${SAMPLES:-}
+mkdir -p "$WORK" "$KERNELS" ${COLD:+"$COLD"} ${SAMPLES:+"$SAMPLES"}
 N=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$N" -ge 4 ]; then DEFAULT="gpt2,t5;mlp_decode,llama,bert;bert_train;resnet50"
 elif [ "$N" -ge 2 ]; then DEFAULT="gpt2,mlp_decode,llama,t5;bert,bert_train,resnet50"
@@ -44,7 +45,7 @@ run() {  # GPU ARGS...
     local gpu=$1 pin=(); shift
     if [ "$PER" -ge 1 ]; then pin=(taskset -c "$((gpu * PER))-$(((gpu + 1) * PER - 1))"); fi
     CUDA_VISIBLE_DEVICES=$gpu "${pin[@]}" python3 benchmarks/models.py \
-        --warm "${WARM:-tunesmith,reduce_overhead}" --resume --limit "${LIMIT:-600}" --kernels "$KERNELS" ${COLD:+--cold-profile "$COLD"} \
+        --warm "${WARM:-tunesmith,reduce_overhead}" --resume --limit "${LIMIT:-600}" --kernels "$KERNELS" ${COLD:+--cold-profile "$COLD"} ${SAMPLES:+--first-step-samples "$SAMPLES"} \
         --processes "${PROCESSES:-3}" --json "$WORK/gpu$gpu.json" "$@"
 }
 group() {  # GPU ITEMS: each item's rows (MODEL, or MODEL:VARIANT+VARIANT), one item after another
@@ -66,5 +67,5 @@ for i in "${!GROUP[@]}"; do
 done
 wait
 python3 benchmarks/models.py --merge "$WORK"/gpu*.json --json "$OUT/models.json" --chart "$OUT/models.png"
-tar -czf "$OUT/profiles.tar.gz" -C "$WORK" "$(basename "$KERNELS")" ${COLD:+"$(basename "$COLD")"}  # one file travels back
+tar -czf "$OUT/profiles.tar.gz" -C "$WORK" "$(basename "$KERNELS")" ${COLD:+"$(basename "$COLD")"} ${SAMPLES:+"$(basename "$SAMPLES")"}  # one file travels back
 echo done > "$WORK/done"

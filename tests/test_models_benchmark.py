@@ -19,7 +19,8 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     result = tmp_path / "models.json"
     command = [sys.executable, str(MODELS_PY), "--device", "cpu", "--small", "--models", "mlp_decode"]
     command += ["--variants", "eager,tunesmith", "--warm", "tunesmith", "--processes", "3"]
-    command += ["--retime", "tunesmith", "--json", str(result)]
+    samples = tmp_path / "samples"
+    command += ["--retime", "tunesmith", "--first-step-samples", str(samples), "--json", str(result)]
     proc = subprocess.run(command, capture_output=True, text=True, env=run_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     body = json.loads(result.read_text())
@@ -42,6 +43,14 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
         assert len(mine[f"{key}_processes"]) == count
         assert mine[key] == round(statistics.median(mine[f"{key}_processes"]), 3)
     assert min(mine["first_step_s_processes"]) > max(mine["warm_first_step_s_processes"])  # fresh caches
+    sampled = [path.read_text().splitlines() for path in samples.glob("mlp_decode-tunesmith-*.txt")]
+    seconds = sorted(float(head.split()[1]) for head, *_ in sampled)  # every process's first step, sampled
+    assert seconds == sorted(mine["first_step_s_processes"] + mine["warm_first_step_s_processes"])
+    for _, *lines in sampled:
+        within = lines[lines.index("within (share, function):") + 1 :]
+        assert int(lines[0].split()[0]) > 0 and within[0].split()[0] == "100.0%"  # the step, in every sample
+        assert any("tunesmith/compile/backend.py" in line for line in within)
+    assert len(list(samples.glob("mlp_decode-eager-*.txt"))) == 1
     assert "step_ms_processes" not in rows["eager"]  # not in --retime: one process
     resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=run_env(), timeout=600)
     assert resumed.returncode == 0 and json.loads(result.read_text())["rows"] == body["rows"]  # nothing left to run
