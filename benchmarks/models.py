@@ -31,14 +31,15 @@ choices (``fastest``: spec, microseconds, noise), to tell a near tie from a clea
 
 Every variant runs in processes of its own with empty tunesmith, Inductor and Triton caches of its
 own. A process builds the model (seeded), runs one eager step for the reference, compiles, and
-times the first step (``first_step_s``: compile, tuning and one run, to the GPU's last kernel;
-``torch.compile()`` itself, which loads the backend's modules, is ``compile_call_s``; the step
-starts after a garbage collection, and ``first_step_gc`` counts the collections in it and their
-seconds); then the relative error by norm of the outputs (and, training, of the input's and every
-weight's gradient: the largest) against eager; then ``step_ms``: after a warm-up of at least 1 s
-(the GPU's steady state), the median of 5 rounds of 20 steps enqueued back to back, timed with
-CUDA events; and ``gpu_ms``: the profiler's device time over 10 steps, per step. tunesmith and
-reduce-overhead rows run a second process on the warm caches (``warm_first_step_s``).
+times the first step (``first_step_s``: ``torch.compile()`` itself, which loads the backend's
+modules and is also given alone as ``compile_call_s``, then compile, tuning and one run, to the
+GPU's last kernel; the clock starts after a garbage collection, and ``first_step_gc`` counts the
+collections in it and their seconds); then the relative error by norm of the outputs (and,
+training, of the input's and every weight's gradient: the largest) against eager; then ``step_ms``:
+after a warm-up of at least 1 s (the GPU's steady state), the median of 5 rounds of 20 steps
+enqueued back to back, timed with CUDA events; and ``gpu_ms``: the profiler's device time over 10
+steps, per step. tunesmith and reduce-overhead rows run a second process on the warm caches
+(``warm_first_step_s``).
 
 How a run is split (max-autotune's compiles take minutes each, a device call at most ten, and a
 session's device time thirty): ``benchmarks/models_gpu.sh`` runs this script once per GPU of a
@@ -117,7 +118,13 @@ VARIANTS = (
 #: how long a background-tuning variant steps while it waits for its tuned kernels, at most
 TUNED_WITHIN_S = 420.0
 #: tunesmith's counters a row records after its first step (what it tuned, queued and found)
-FIRST_STEP_COUNTERS = ("autotune_tuned", "background_queued", "background_graph_known", "compiled_graph_cache_hit")
+FIRST_STEP_COUNTERS = (
+    "autotune_tuned",
+    "background_queued",
+    "background_graph_known",
+    "compiled_graph_cache_hit",
+    "install_keys_remembered",
+)
 #: variants whose first step is also measured in a second process on warm caches
 WARM = ("reduce_overhead", "tunesmith_default", "tunesmith", "tunesmith_aten_only")
 ANCHOR, FALLBACK_ANCHOR = "max_autotune", "reduce_overhead"
@@ -411,9 +418,6 @@ def measure(
     ref_grads = grads()
     winners: dict[str, Any] = {} if plan is None else plan
     chosen = watch_choices(winners) if variant.startswith("tunesmith") else None
-    began = time.perf_counter()
-    fn = compiled(variant, model)  # what torch.compile() itself loads (a backend's modules), before the first step
-    compile_call = time.perf_counter() - began
     gc.collect()  # every variant's first step starts with the collector's state alike (GcMeter)
     if ready is not None:
         ready()
@@ -423,6 +427,8 @@ def measure(
     sampler = StackSampler() if os.environ.get(SAMPLES_ENV) else contextlib.nullcontext()
     start = time.perf_counter()
     with collector, sampler:
+        fn = compiled(variant, model)  # torch.compile() itself: it loads the backend's modules
+        compile_call = time.perf_counter() - start
         out = step(fn)
         sync()
     if profiler is not None:

@@ -174,6 +174,12 @@ class Options:
         "are mostly host time, so its picks vary between processes); off, each takes the one config Inductor's "
         "heuristics give",
     )
+    remember_install_keys: bool = _field(
+        True,
+        parse_bool,
+        "keep Inductor's hashes of the torch and Triton installations in the local cache folder, so that a later "
+        "process with the same files skips hashing them",
+    )
     cache_dir: str | None = _field(None, parse_optional_str, "local cache folder; none = the user cache dir")
     cache_secret: str | None = _field(
         None, parse_optional_str, "HMAC-SHA256 key that signs and checks cache entries", repr=False

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 #: (``cudagraphs`` does: without CUDA graphs a call's launch counts too)
 STORAGE_SETTINGS = frozenset(
     {"caches", "cache_dir", "cache_secret", "cache_backoff_s", "cache_lock_ttl_s", "cache_lock_wait_s"}
-    | {"compile_threads", "devices", "bench_timeout_s", "tuning", "tuning_gap_s"}
+    | {"compile_threads", "devices", "bench_timeout_s", "tuning", "tuning_gap_s", "remember_install_keys"}
 )
 
 

@@ -1,0 +1,115 @@
+"""Inductor's installation hashes, remembered across processes (tunesmith.compile.install_keys): a
+process stores the keys it hashed; the next one, its files unchanged, sets them instead of hashing,
+torch's and Triton's own names included; a file changed since changes the fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+
+from tunesmith import Options
+from tunesmith.compile.install_keys import InstallKey, _package_stats, fingerprint
+
+from conftest import run_env
+
+SCRIPT = """
+import json, sys, torch, triton.runtime.cache
+import torch._inductor.compile_fx
+from torch._inductor import codecache
+from torch._inductor.runtime import triton_compat
+import tunesmith
+from tunesmith.compile import install_keys
+
+memo = install_keys.remember(__import__("pathlib").Path(sys.argv[1]))
+if sys.argv[2] == "hash":  # as an Inductor compile does
+    codecache.torch_key()
+    triton.runtime.cache.triton_key()
+memo.store()
+print(json.dumps({
+    "used": memo.used,
+    "counted": tunesmith.counters["install_keys_remembered"],
+    "torch": codecache.torch_key().hex(),
+    "triton": triton.runtime.cache.triton_key(),
+    "triton_compat": triton_compat.triton_key(),
+}))
+"""
+
+
+def run(root: Path, mode: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(root), mode], env=run_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_second_process_takes_the_stored_keys(tmp_path: Path) -> None:
+    first = run(tmp_path, "hash")
+    assert first["used"] == [] and first["counted"] == 0
+    stored = {p.name.split("-")[0]: json.loads(p.read_text())["key"] for p in (tmp_path / "install_keys").iterdir()}
+    assert stored == {"torch": first["torch"], "triton": first["triton"]}
+
+    # a malformed value is hashed again and stored anew, not fatal
+    torch_memo = next((tmp_path / "install_keys").glob("torch-*.json"))
+    torch_memo.write_text(json.dumps({"key": "not hex"}))
+    again = run(tmp_path, "hash")
+    assert again["used"] == ["triton"] and again["torch"] == first["torch"]
+    assert json.loads(torch_memo.read_text())["key"] == first["torch"]
+
+    # a value the files could not hash to: the next process can only have it from the memo
+    for path in (tmp_path / "install_keys").iterdir():
+        path.write_text(json.dumps({"key": ("ab" * 32) if path.name.startswith("torch") else "remembered"}))
+    second = run(tmp_path, "no-hash")
+    assert second["used"] == ["torch", "triton"] and second["counted"] == 2
+    assert second["torch"] == "ab" * 32
+    assert second["triton"] == second["triton_compat"] == "remembered"  # torch's name for it too
+
+
+def test_remember_install_keys_off_keeps_nothing(tmp_path: Path) -> None:
+    from tunesmith.compile.backend import _remembered_install_keys
+
+    off = Options(cache_dir=str(tmp_path), remember_install_keys=False)
+    assert _remembered_install_keys(off) is None
+    assert _remembered_install_keys(attrs.evolve(off, remember_install_keys=True, graph_compiler="eager")) is None
+    assert not (tmp_path / "install_keys").exists()
+
+
+def test_nothing_hashed_nothing_stored(tmp_path: Path) -> None:
+    run(tmp_path, "no-hash")  # torch's key is asked for (Inductor always has it); Triton's was never hashed
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "install_keys").iterdir()) == ["torch"]
+
+
+def test_fingerprint_follows_the_package_files(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "data").mkdir()  # no __init__: not a package, as pkgutil sees it
+    for path in (pkg / "__init__.py", pkg / "a.py", pkg / "sub" / "__init__.py", pkg / "sub" / "b.py"):
+        path.write_text("x = 1\n")
+    (pkg / "data" / "c.txt").write_text("data")
+    (pkg / "sub" / "__pycache__").mkdir()  # bytecode is written as modules load: never read by the hashes
+    (pkg / "sub" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\0")
+    seen = [line.split("\0")[0] for line in _package_stats(str(pkg))]
+    assert sorted(Path(p).relative_to(pkg).as_posix() for p in seen) == [
+        "__init__.py",
+        "a.py",
+        "sub/__init__.py",
+        "sub/b.py",
+    ]
+
+    key = InstallKey("pkg", lambda: list(_package_stats(str(pkg))), "1", lambda: None, lambda v: None)
+    before = fingerprint(key)
+    assert fingerprint(key) == before
+    target = pkg / "sub" / "b.py"
+    st = target.stat()
+    target.write_text("x = 2\n")  # same size
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same modification time
+    assert fingerprint(key) != before  # its change time moved
+    again = fingerprint(key)
+    (pkg / "data" / "c.txt").write_text("other data")  # outside the packages
+    (pkg / "sub" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"\0")
+    assert fingerprint(key) == again
