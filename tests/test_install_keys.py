@@ -49,25 +49,31 @@ def run(root: Path, mode: str) -> dict:
 
 
 def test_a_second_process_takes_the_stored_keys(tmp_path: Path) -> None:
-    first = run(tmp_path, "hash")
-    assert first["used"] == [] and first["counted"] == 0
-    stored = {p.name.split("-")[0]: json.loads(p.read_text())["key"] for p in (tmp_path / "install_keys").iterdir()}
-    assert stored == {"torch": first["torch"], "triton": first["triton"]}
+    memos = tmp_path / "install_keys"
 
-    # a malformed value is hashed again and stored anew, not fatal
-    torch_memo = next((tmp_path / "install_keys").glob("torch-*.json"))
+    def stored() -> dict[str, str]:
+        return {p.name.split("-")[0]: json.loads(p.read_text())["key"] for p in memos.iterdir()}
+
+    # torch's key is asked for after a compile (Inductor always has it); Triton's, never hashed, is not stored
+    first = run(tmp_path, "no-hash")
+    assert first["used"] == [] and first["counted"] == 0 and stored() == {"torch": first["torch"]}
+
+    second = run(tmp_path, "hash")
+    assert second["used"] == ["torch"] and stored() == {"torch": first["torch"], "triton": second["triton"]}
+
+    # a malformed value is hashed again and stored anew, not fatal; a value the files could not hash
+    # to can only come from the memo
+    torch_memo, triton_memo = next(memos.glob("torch-*.json")), next(memos.glob("triton-*.json"))
     torch_memo.write_text(json.dumps({"key": "not hex"}))
-    again = run(tmp_path, "hash")
-    assert again["used"] == ["triton"] and again["torch"] == first["torch"]
-    assert json.loads(torch_memo.read_text())["key"] == first["torch"]
+    triton_memo.write_text(json.dumps({"key": "remembered"}))
+    third = run(tmp_path, "no-hash")
+    assert third["used"] == ["triton"] and third["counted"] == 1 and third["torch"] == first["torch"]
+    assert third["triton"] == third["triton_compat"] == "remembered"  # torch's name for it too
+    assert stored()["torch"] == first["torch"]
 
-    # a value the files could not hash to: the next process can only have it from the memo
-    for path in (tmp_path / "install_keys").iterdir():
-        path.write_text(json.dumps({"key": ("ab" * 32) if path.name.startswith("torch") else "remembered"}))
-    second = run(tmp_path, "no-hash")
-    assert second["used"] == ["torch", "triton"] and second["counted"] == 2
-    assert second["torch"] == "ab" * 32
-    assert second["triton"] == second["triton_compat"] == "remembered"  # torch's name for it too
+    torch_memo.write_text(json.dumps({"key": "ab" * 32}))
+    fourth = run(tmp_path, "no-hash")
+    assert fourth["used"] == ["torch", "triton"] and fourth["counted"] == 2 and fourth["torch"] == "ab" * 32
 
 
 def test_remember_install_keys_off_keeps_nothing(tmp_path: Path) -> None:
@@ -77,11 +83,6 @@ def test_remember_install_keys_off_keeps_nothing(tmp_path: Path) -> None:
     assert _remembered_install_keys(off) is None
     assert _remembered_install_keys(attrs.evolve(off, remember_install_keys=True, graph_compiler="eager")) is None
     assert not (tmp_path / "install_keys").exists()
-
-
-def test_nothing_hashed_nothing_stored(tmp_path: Path) -> None:
-    run(tmp_path, "no-hash")  # torch's key is asked for (Inductor always has it); Triton's was never hashed
-    assert sorted(p.name.split("-")[0] for p in (tmp_path / "install_keys").iterdir()) == ["torch"]
 
 
 def test_fingerprint_follows_the_package_files(tmp_path: Path) -> None:
