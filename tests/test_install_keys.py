@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from tunesmith import Options
-from tunesmith.compile.install_keys import InstallKey, _package_stats, fingerprint
+from tunesmith.compile.install_keys import InstallKey, Memo, _package_stats, fingerprint
 
 from conftest import run_env
 
@@ -82,7 +82,6 @@ def test_remember_install_keys_off_keeps_nothing(tmp_path: Path) -> None:
     off = Options(cache_dir=str(tmp_path), remember_install_keys=False)
     assert _remembered_install_keys(off) is None
     assert _remembered_install_keys(attrs.evolve(off, remember_install_keys=True, graph_compiler="eager")) is None
-    assert not (tmp_path / "install_keys").exists()
 
 
 def test_fingerprint_follows_the_package_files(tmp_path: Path) -> None:
@@ -114,3 +113,52 @@ def test_fingerprint_follows_the_package_files(tmp_path: Path) -> None:
     (pkg / "data" / "c.txt").write_text("other data")  # outside the packages
     (pkg / "sub" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"\0")
     assert fingerprint(key) == again
+
+
+def test_a_memo_is_stored_only_where_the_files_did_not_change_while_hashed(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("x = 1\n")
+    given: list[str] = []
+    key = InstallKey(
+        "pkg", lambda: list(_package_stats(str(pkg))), "1", lambda: "hashed", lambda v: given.append(v) is None
+    )
+    cold = Memo(tmp_path / "cache", lambda: [key])
+    cold.use()
+    (pkg / "__init__.py").write_text("x = 2\n")  # between the fingerprint and the hash's value
+    cold.store()
+    assert not (tmp_path / "cache" / "install_keys").exists()
+
+    for process in range(2):
+        memo = Memo(tmp_path / "cache", lambda: [key])
+        memo.use()
+        memo.store()
+        assert memo.used == (["pkg"] if process else []) and given == (["hashed"] if process else [])
+
+
+def test_the_fingerprints_cover_every_file_the_hashes_read() -> None:
+    import pkgutil
+
+    import torch
+    import triton
+    import triton.runtime.cache
+
+    from tunesmith.compile.install_keys import _keys
+
+    def origins(roots: list[str], prefix: str, walk: bool) -> set[str]:
+        found: set[str] = set()
+        for lib in (pkgutil.walk_packages if walk else pkgutil.iter_modules)(roots, prefix):
+            spec = lib.module_finder.find_spec(lib.name, None)  # type: ignore[call-arg]
+            found.add(spec.origin)
+            if lib.ispkg and not walk:  # torch_key's walk: each package's modules, recursively
+                found |= origins(spec.submodule_search_locations, f"{lib.name}.", walk)
+        return found
+
+    files = {key.name: {line.split("\0")[0] for line in key.files()} for key in _keys()}
+    torch_root = os.path.dirname(torch.__file__)
+    assert origins([torch_root], "", walk=False) <= files["torch"]
+    triton_root = os.path.dirname(triton.__file__)
+    read = {triton.runtime.cache.__file__}
+    for sub in ("compiler", "backends", "language"):
+        read |= origins([os.path.join(triton_root, sub)], f"triton.{sub}.", walk=True)
+    assert read <= files["triton"] and any("libtriton." in path for path in files["triton"])

@@ -1,18 +1,17 @@
 """Inductor's hashes of the torch and Triton installations, remembered across processes.
 
 Every process that compiles hashes torch's Python files (``torch_key``) and Triton's compiler,
-language and 415 MB library (``triton_key``) to key Inductor's and Triton's caches: 0.5 to 1 s of
-a warm process's first step on an H200, more than all the rest of it for a small model. A process
+language and 415 MB library (``triton_key``) to key Inductor's and Triton's caches: 0.5 to 1 s of a
+warm process's first step on an H200, more than all the rest of it for a small model. A process
 that computed them stores them in the local cache folder under a fingerprint of every file they
-read (path, size, modification and change times); a later process whose files fingerprint the same
-sets them, as torch's compile workers and Triton's warm-up workers are handed them, instead of
-hashing again. Any file written, replaced or moved since changes its change time, so the
+read (path, size, modification and change times, inode); a later process whose files fingerprint
+the same sets them, as torch's compile workers and Triton's warm-up workers are handed them,
+instead of hashing again. Any file written, replaced or moved since changes its change time, so the
 fingerprint, so the keys are computed afresh. See docs/decisions.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import json
@@ -42,11 +41,11 @@ class InstallKey:
     files: Callable[[], Iterable[str]]  # each file it reads (or more), as ``_stat`` gives it
     version: str
     computed: Callable[[], str | None]  # the value where this process has it (None: not hashed here)
-    known: Callable[[str], None]  # makes this process use a value computed before
+    known: Callable[[str], bool]  # makes this process use a value computed before (False: it had one)
 
 
 def _package_stats(root: str, top: bool = True) -> Iterator[str]:
-    """Path, size, and modification and change times of every file of the package folders under
+    """Path, size, modification and change times, and inode of every file of the package folders under
     ``root``: a superset of the modules that ``pkgutil.iter_modules`` (and ``walk_packages``) find
     there, recursively through packages (folders with an ``__init__``)."""
     try:
@@ -72,7 +71,7 @@ def _file_stats(paths: Iterable[str]) -> Iterator[str]:
 
 
 def _stat(path: str, st: os.stat_result) -> str:
-    return f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+    return f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
 
 
 def fingerprint(key: InstallKey) -> str:
@@ -94,9 +93,12 @@ def _torch_key() -> InstallKey | None:
     inductor = os.path.dirname(codecache.__file__)
     extras = [os.path.join(inductor, "codegen", "aoti_runtime", "interface.cpp"), os.path.join(inductor, "script.ld")]
 
-    def known(value: str) -> None:
-        with contextlib.suppress(AssertionError, RuntimeError):  # computed already in this process
+    def known(value: str) -> bool:
+        try:
             torch_key.set(bytes.fromhex(value))  # type: ignore[union-attr]
+        except (AssertionError, RuntimeError):  # computed already in this process
+            return False
+        return True
 
     def files() -> list[str]:
         return [*_package_stats(root), *_file_stats(extras)]
@@ -119,13 +121,13 @@ def _triton_key() -> InstallKey | None:
 
     def files() -> list[str]:
         native = os.path.join(root, "_C")
-        libs = [os.path.join(native, n) for n in (os.listdir(native) if os.path.isdir(native) else ())]
+        libs = [os.path.join(native, n) for n in os.listdir(native)]
         found = list(_file_stats([triton_cache.__file__, *(p for p in libs if "libtriton." in p)]))
         for sub in ("compiler", "backends", "language"):
             found.extend(_package_stats(os.path.join(root, sub)))
         return found
 
-    def known(value: str) -> None:
+    def known(value: str) -> bool:
         def remembered() -> str:
             return value
 
@@ -134,6 +136,7 @@ def _triton_key() -> InstallKey | None:
         for module in list(sys.modules.values()):
             if getattr(module, "__dict__", {}).get("triton_key") is original:  # no module __getattr__ runs
                 module.triton_key = remembered
+        return True
 
     def computed() -> str | None:
         info = getattr(original, "cache_info", None)  # functools.lru_cache's
@@ -159,52 +162,61 @@ class Memo:
     """The installation keys of this process: those found in ``root`` set at :meth:`use`, the others
     stored by :meth:`store` once Inductor has computed them."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, keys: Callable[[], list[InstallKey]] = lambda: _keys()) -> None:
         self.folder = root / FOLDER
-        self._missing: list[InstallKey] = []
+        self._keys = keys
+        self._missing: list[tuple[InstallKey, str]] = []  # each with its files' fingerprint before hashing
         self.used: list[str] = []
 
-    def _path(self, key: InstallKey) -> Path:
-        """Where ``key``'s value for its files as they are now is kept (fingerprinted again when
-        storing: a file changed since this process hashed it gives a fingerprint no later process
-        matches unless it is changed back)."""
-        return self.folder / f"{key.name}-{fingerprint(key)}.json"
+    def _path(self, key: InstallKey, digest: str) -> Path:
+        return self.folder / f"{key.name}-{digest}.json"
 
     def use(self) -> None:
-        for key in _keys():
-            value = _read(self._path(key))
+        for key in self._keys():
             try:
-                if value is not None:
-                    key.known(value)
+                digest = fingerprint(key)
+            except Exception as exc:  # noqa: BLE001 - a file gone mid-scan (an install running): hashed as usual
+                log.debug("tunesmith: the %s installation cannot be fingerprinted: %s", key.name, exc)
+                continue
+            try:
+                value = _read(self._path(key, digest))
+                if value is not None and key.known(value):
                     self.used.append(key.name)
                     continue
-            except ValueError:  # not a value this key can take: hashed again, and stored anew
-                log.debug("tunesmith: the stored %s installation key is malformed", key.name)
-            self._missing.append(key)
+            except Exception as exc:  # noqa: BLE001 - not a value this key can take: hashed and stored anew
+                log.debug("tunesmith: the stored %s installation key is not usable: %s", key.name, exc)
+            self._missing.append((key, digest))
         if self.used:
             bump("install_keys_remembered", len(self.used))
             log.debug("tunesmith: remembered installation keys: %s", ", ".join(self.used))
 
     def store(self) -> None:
-        """After an Inductor compile: store each key this process hashed and found no memo of."""
+        """After an Inductor compile: store each key this process hashed and found no memo of, where
+        its files fingerprint as they did before it was hashed (else the value may be of other files)."""
         missing, self._missing = self._missing, []
-        for key in missing:
+        for key, digest in missing:
             try:
                 value = key.computed()
                 if value is None:
-                    self._missing.append(key)  # not hashed yet: at the next compile
-                    continue
-                _write(self._path(key), value)
+                    self._missing.append((key, digest))  # not hashed yet: at the next compile
+                elif fingerprint(key) == digest:
+                    _write(self._path(key, digest), value)
+                else:
+                    log.debug("tunesmith: the %s installation changed while it was hashed: not stored", key.name)
             except Exception as exc:  # noqa: BLE001 - the next process hashes again
                 log.debug("tunesmith: the %s installation key was not stored: %s", key.name, exc)
 
 
 def _read(path: Path) -> str | None:
+    """The value stored at ``path``: only from a file of this user (a cache folder shared by the users
+    of a machine gives none of them another's keys)."""
     try:
         with path.open("rb") as f:
+            if hasattr(os, "getuid") and os.fstat(f.fileno()).st_uid != os.getuid():
+                return None
             raw = f.read(MAX_BYTES + 1)
         data: Any = json.loads(raw) if len(raw) <= MAX_BYTES else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     value = data.get("key") if isinstance(data, dict) else None
     return value if isinstance(value, str) and value else None
