@@ -44,7 +44,7 @@ def test_two_ranks_split_the_cold_tune_and_run_the_same_plan(tmp_path):
     assert all(problem.startswith("bmm ") for _, problem, _ in apart), apart
     assert len(plans[0]) == body["problems"] > 0
     assert sum(r["counters"].get("autotune_tuned", 0) for r in ranks) == body["problems"] == body["tuned"]
-    assert alone["counters"]["autotune_tuned"] == body["problems"]
+    assert alone["counters"]["autotune_tuned"] == len(alone["plan"])  # its own plan's, which may be apart
     expected = max(r["first_step_s"] for r in ranks) / alone["first_step_s"]
     assert abs(body["ratio"] - expected) < 1e-3 and body["meets_bar"] == (body["ratio"] <= 0.6)
     assert "plans identical across the 2 ranks: yes" in proc.stdout
