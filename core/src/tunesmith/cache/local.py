@@ -25,6 +25,20 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("tunesmith"))
 
 
+def write_atomically(path: Path, value: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(value)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a shared cache_dir needs others to read it
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class LocalDiskCache:
     """A cache layer named ``local``: ``<root>/entries/<key[:2]>/<key>.json``."""
 
@@ -50,18 +64,7 @@ class LocalDiskCache:
             return None
 
     def put(self, key: str, value: bytes) -> None:
-        """Write to a temporary file in the same folder, then rename: readers never see half an entry."""
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(value)
-            os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a shared cache_dir needs others to read it
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self._path(key), value)
 
     def _files(self) -> list[Path]:
         """Every entry's file (a writer's temporary file is not one); an error where the folder is

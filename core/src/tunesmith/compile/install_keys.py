@@ -18,13 +18,14 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from tunesmith.cache.entry import BadEntry, load_json
+from tunesmith.cache.local import write_atomically
 from tunesmith.counting import bump
 
 log = logging.getLogger(__name__)
@@ -215,25 +216,15 @@ def _read(path: Path) -> str | None:
             if hasattr(os, "getuid") and os.fstat(f.fileno()).st_uid != os.getuid():
                 return None
             raw = f.read(MAX_BYTES + 1)
-        data: Any = json.loads(raw) if len(raw) <= MAX_BYTES else None
-    except (OSError, ValueError, RecursionError):
+        data: Any = load_json(raw) if len(raw) <= MAX_BYTES else None
+    except (OSError, BadEntry):
         return None
     value = data.get("key") if isinstance(data, dict) else None
     return value if isinstance(value, str) and value else None
 
 
 def _write(path: Path, value: str) -> None:
-    """Atomically, as the local layer writes an entry: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"key": value}, f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, json.dumps({"key": value}).encode())
 
 
 _memo: Memo | None = None
