@@ -60,6 +60,8 @@ def heads(B, H, N, D, layout="contiguous"):
         return torch.randn(B, N, H, D).to(DTYPE).transpose(1, 2)
     if layout == "strided":  # every other element of the last dim: copied by the launcher
         return torch.randn(B, H, N, 2 * D).to(DTYPE)[..., ::2]
+    if layout == "offset":  # starting one element into its storage: the kernels' ALIGN is 1
+        return torch.randn(B * H * N * D + 1).to(DTYPE)[1:].view(B, H, N, D)
     return torch.randn(B, H, N, D).to(DTYPE)
 
 def bool_rows(B, L, S):
@@ -106,6 +108,8 @@ cases = [
     ("relative_bias_causal", (1, 2, 2, 40, 40, 16, 16), True, "relative", "contiguous", OBLONG, None),
     ("key_bias", (2, 2, 2, 24, 33, 16, 16), False, "keys", "contiguous", SMALL, None),
     ("head_80", (1, 2, 2, 40, 40, 80, 80), True, None, "contiguous", SMALL, None),
+    ("head_40", (1, 2, 2, 24, 40, 40, 40), False, None, "contiguous", OBLONG, None),
+    ("head_40_offset", (1, 2, 2, 24, 40, 40, 40), True, None, "offset", SMALL, None),
     ("d_ne_dv", (2, 2, 2, 24, 40, 32, 16), False, None, "contiguous", SMALL, None),
     ("d_ne_dv_80", (1, 2, 1, 24, 24, 16, 80), True, "keys", "contiguous", OBLONG, None),
     ("odd", (2, 2, 2, 17, 33, 16, 16), False, None, "contiguous", SMALL, None),
@@ -162,7 +166,7 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 31
+    assert len(rows) == 33
     wrong = [(r["case"], r["errors"]) for r in rows if not max(r["errors"].values()) < TOLERANCE[dtype]]
     assert not wrong, wrong
     assert all(r["finite"] and r["shapes_right"] and r["dtypes_right"] and r["out_contiguous"] for r in rows), rows
@@ -263,6 +267,10 @@ def test_a_config_round_trips_through_its_string_and_its_params():
     assert FlashConfig.from_str(str(config)) == config
     assert FlashConfig.from_params(config.params()) == config
     assert all(isinstance(v, int) for v in config.params().values())
+    tma = FlashConfig(64, 128, 4, 2, 32, 64, 4, 3, tma=1)
+    assert str(tma) == "64x128w4s2-32x64w4s3t"
+    assert FlashConfig.from_str(str(tma)) == tma and FlashConfig.from_params(tma.params()) == tma
+    assert FlashConfig.from_params({k: v for k, v in config.params().items() if k != "tma"}) == config  # older specs
     for text in ("128x64w4s3", "128x64w4s3-32x128w8", "big"):
         with pytest.raises(ValueError, match="FlashConfig"):
             FlashConfig.from_str(text)
@@ -270,17 +278,19 @@ def test_a_config_round_trips_through_its_string_and_its_params():
         FlashConfig(96, 64, 4, 3, 32, 128, 8, 2)
     with pytest.raises(ValueError, match="num_stages"):
         FlashConfig(128, 64, 4, 0, 32, 128, 8, 2)
+    with pytest.raises(ValueError, match="tma"):
+        FlashConfig(128, 64, 4, 3, 32, 128, 8, 2, tma=2)
 
 
 @pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_the_gpu_space_is_small_distinct_and_fits_shared_memory(head_dim, dtype):
-    from tunesmith_triton.flash import SHARED_LIMIT, configs, shared_bytes
+    from tunesmith_triton.flash import MAX_CONFIGS, SHARED_LIMIT, configs, shared_bytes
 
     size = torch.empty((), dtype=dtype).element_size()
     for train in (False, True):
         space = configs(head_dim, dtype, train, "cuda")
-        assert 1 <= len(space) <= 6 and len(set(space)) == len(space)
+        assert 1 <= len(space) <= MAX_CONFIGS <= 8 and len(set(space)) == len(space)
         for c in space:
             assert shared_bytes(c.block_m, c.block_n, c.num_stages, head_dim, head_dim, size) <= SHARED_LIMIT
             assert (
@@ -289,6 +299,17 @@ def test_the_gpu_space_is_small_distinct_and_fits_shared_memory(head_dim, dtype)
     if dtype != torch.float32 and head_dim <= 128:
         assert len(configs(head_dim, dtype, True, "cuda")) >= 4
         assert (128, 64) in {(c.block_m, c.block_n) for c in configs(head_dim, dtype, False, "cuda")}
+
+
+def test_alignment_is_what_every_stride_and_start_allows():
+    from tunesmith_triton.flash import _alignment
+
+    x = torch.empty(2, 8, 64, 40, dtype=torch.bfloat16)  # heads of 40: 8 elements = 16 bytes
+    assert _alignment(x, x.transpose(1, 2)) == 8
+    assert _alignment(torch.empty(2, 8, 64, 40)) == 4  # float32: 16 bytes are 4 elements
+    assert _alignment(x, torch.empty(2, 8, 64, 36, dtype=torch.bfloat16)) == 4
+    assert _alignment(x, torch.empty(2 * 8 * 64 * 40 + 1, dtype=torch.bfloat16)[1:].view(2, 8, 64, 40)) == 1
+    assert _alignment(torch.empty(1, 1, 64, 40, dtype=torch.bfloat16).expand(2, 8, 64, 40)) == 8  # broadcast: 0
 
 
 def test_the_interpreter_gets_small_tiles():

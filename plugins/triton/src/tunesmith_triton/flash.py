@@ -32,6 +32,11 @@ import torch
 import triton
 import triton.language as tl
 
+try:  # host-side TMA descriptors (Triton 3.4 and later)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: the forward reads through pointers only
+    TensorDescriptor = None
+
 __all__ = ["FlashConfig", "attention", "backward", "configs", "forward"]
 
 #: log2(e): scores are scaled by it so that the softmax runs on exp2
@@ -69,20 +74,36 @@ def _keep(rows, cols, S, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _aligned(stride, ALIGN: tl.constexpr):
+    """``stride`` (a multiple of ALIGN, as the launcher checked) written so that the compiler knows
+    it: offsets built from it then load 16 bytes at a time (heads of 40 or 80 are not multiples of
+    16 elements, the only strides Triton's launcher marks)."""
+    if ALIGN > 1:
+        stride = (stride // ALIGN) * ALIGN
+    return stride
+
+
+@triton.jit
 def _fwd_blocks(
-    acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+    acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
     s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks."""
-    k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
-    v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
+    """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks. With
+    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges)."""
+    if not TMA:
+        k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
+        v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
     x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm  # the bias tile's pointers are made per block, only with a bias
     for start in range(lo, hi, BN):
         cols = start + offs_n
-        k = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
+        if TMA:
+            k = tl.trans(k_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_D))
+        else:
+            k = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
         qk = tl.dot(q, k, input_precision=PRECISION)
         if SCALE_FIRST:  # an additive bias (or a scale <= 0): scale, add, then mask
             s = qk * qk_scale
@@ -112,11 +133,15 @@ def _fwd_blocks(
             p = tl.exp2(qk * qk_scale - m_use[:, None])
         alpha = tl.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load2(v_ptrs, cols, S, offs_dv, HEAD_DV, MASK, PAD_DV)
+        if TMA:
+            v = v_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_DV)
+        else:
+            v = _load2(v_ptrs, cols, S, offs_dv, HEAD_DV, MASK, PAD_DV)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_new
-        k_ptrs += BN * s_kn
-        v_ptrs += BN * s_vn
+        if not TMA:
+            k_ptrs += BN * s_kn
+            v_ptrs += BN * s_vn
     return acc, l_i, m_i
 
 
@@ -128,8 +153,12 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
+    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers."""
+    s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
+    s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
+    s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     kvh = h // GROUP
@@ -140,11 +169,15 @@ def _fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     b64, h64, kvh64 = b.to(tl.int64), h.to(tl.int64), kvh.to(tl.int64)
-    q_base = q_ptr + b64 * s_qb + h64 * s_qh
-    k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
-    v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
     x_base = x_ptr + b64 * s_xb + h64 * s_xh
-    q = _load2(q_base + rows.to(tl.int64)[:, None] * s_qm + offs_d[None, :], rows, L, offs_d, HEAD_D, False, PAD_D)
+    if TMA:
+        k_base, v_base = k_ptr, v_ptr
+        q = q_ptr.load([b, h, m0, 0]).reshape(BM, BLOCK_D)
+    else:
+        q_base = q_ptr + b64 * s_qb + h64 * s_qh
+        k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
+        v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
+        q = _load2(q_base + rows.to(tl.int64)[:, None] * s_qm + offs_d[None, :], rows, L, offs_d, HEAD_D, False, PAD_D)
 
     acc = tl.zeros((BM, BLOCK_DV), dtype=tl.float32)
     l_i = tl.zeros((BM,), dtype=tl.float32)
@@ -157,14 +190,16 @@ def _fwd_kernel(
         hi = S
         lo = whole
     acc, l_i, m_i = _fwd_blocks(
-        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
-        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST, PRECISION,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_blocks(
-        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST, PRECISION,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA,
     )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
@@ -182,9 +217,11 @@ def _fwd_kernel(
 @triton.jit
 def _bwd_delta_kernel(
     o_ptr, do_ptr, delta_ptr, s_ob, s_oh, s_om, s_db, s_dh, s_dm, H, L,
-    HEAD_DV: tl.constexpr, BLOCK_DV: tl.constexpr, BM: tl.constexpr,
+    HEAD_DV: tl.constexpr, BLOCK_DV: tl.constexpr, BM: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     """delta = rowsum(dO * O), float32, one value per query row."""
+    s_ob, s_oh, s_om = _aligned(s_ob, ALIGN), _aligned(s_oh, ALIGN), _aligned(s_om, ALIGN)
+    s_db, s_dh, s_dm = _aligned(s_db, ALIGN), _aligned(s_dh, ALIGN), _aligned(s_dm, ALIGN)
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -259,7 +296,12 @@ def _bwd_kv_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
+    s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
+    s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
+    s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
+    s_dob, s_doh, s_dom = _aligned(s_dob, ALIGN), _aligned(s_doh, ALIGN), _aligned(s_dom, ALIGN)
     pid_n, bkv = tl.program_id(0), tl.program_id(1)
     b, kvh = bkv // HKV, bkv % HKV
     n0 = pid_n * BN
@@ -358,7 +400,12 @@ def _bwd_q_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
+    s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
+    s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
+    s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
+    s_dob, s_doh, s_dom = _aligned(s_dob, ALIGN), _aligned(s_doh, ALIGN), _aligned(s_dom, ALIGN)
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // H, bh % H
     kvh = h // GROUP
@@ -405,7 +452,7 @@ def _bwd_q_kernel(
 
 # --------------------------------------------------------------------------------------- configs
 
-_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)")
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)")
 
 
 def _pow2(n: int) -> bool:
@@ -418,8 +465,11 @@ class FlashConfig:
 
     The backward's ``bwd_block_n`` is the block a program keeps (keys in the dK/dV kernel, queries
     in the dQ kernel) and ``bwd_block_m`` the block it streams (queries for dK/dV, keys for dQ):
-    both kernels keep the larger tile and loop over the smaller one, as FA2 does.
-    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` and ``FlashConfig.from_str`` reads it back.
+    both kernels keep the larger tile and loop over the smaller one, as FA2 does. ``tma`` 1: the
+    forward reads Q, K and V through TMA descriptors, on GPUs that have them (sm90 and later) and
+    where every stride allows (else it reads them as the pointer path does).
+    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA) and
+    ``FlashConfig.from_str`` reads it back.
     """
 
     block_m: int
@@ -430,6 +480,7 @@ class FlashConfig:
     bwd_block_n: int
     bwd_num_warps: int
     bwd_num_stages: int
+    tma: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -442,11 +493,14 @@ class FlashConfig:
         for name in ("num_stages", "bwd_num_stages"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
+        if self.tma not in (0, 1):
+            raise ValueError(f"FlashConfig.tma must be 0 or 1, not {self.tma!r}")
 
     def __str__(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
             f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
+            + ("t" if self.tma else "")
         )
 
     @classmethod
@@ -455,7 +509,8 @@ class FlashConfig:
         match = _CONFIG_TEXT.fullmatch(text.strip())
         if match is None:
             raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
-        return cls(*(int(g) for g in match.groups()))
+        *sizes, tma = match.groups()
+        return cls(*(int(g) for g in sizes), tma=int(tma == "t"))
 
     def params(self) -> dict[str, int]:
         """The config as a ChoiceSpec's params."""
@@ -467,16 +522,22 @@ class FlashConfig:
         return cls(**params)
 
 
-#: (block_m, block_n, warps, stages) of the forward on a GPU, best first, for heads of up to 64
-#: and for wider ones. Timed on the H100 (torch 2.11, Triton 3.6, bfloat16, B x H = 32 to 128,
-#: L = S = 1024 to 8192): with heads over 64 a 128-row tile needs 8 warps (4 spill its float32
-#: accumulator: half the speed). The first configs ran at 375-454 TFLOP/s forward and 286-345
-#: backward (head 128), where torch's FlashAttention-2 ran at 284-336 and 214-281, cuDNN at
-#: 494-607 and 380-478
+#: (block_m, block_n, warps, stages, tma) of the forward on a GPU, best first, for heads of up to
+#: 64 and for wider ones. On the H200 (torch 2.11, Triton 3.6, bfloat16, the inference shapes of
+#: benchmarks/attention.py, 21 tiles each with and without TMA) TMA reads ran 1 to 7% faster than
+#: pointer reads of the same tile on every shape, and (64, 128, 4, 2) with TMA was the best tile on
+#: four of seven; a short key length (77) wants 32-key blocks. On the H100, with heads over 64, a
+#: 128-row tile needs 8 warps (4 spill its float32 accumulator: half the speed)
 GPU_FORWARD = {
-    64: ((128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 128, 4, 3)),
-    128: ((128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (128, 128, 8, 2), (128, 64, 8, 4)),
-}
+    64: (
+        (64, 128, 4, 2, 1), (64, 64, 4, 3, 1), (128, 64, 4, 3, 1), (128, 32, 4, 3, 1),
+        (128, 64, 8, 3, 0), (64, 64, 4, 3, 0), (128, 32, 4, 3, 0), (64, 64, 4, 2, 1),
+    ),
+    128: (
+        (64, 64, 4, 3, 1), (64, 64, 4, 3, 0), (128, 64, 8, 3, 0), (128, 64, 8, 3, 1),
+        (128, 32, 4, 3, 0), (128, 128, 8, 2, 0), (128, 64, 8, 4, 0),
+    ),
+}  # fmt: skip
 #: (bwd_block_m, bwd_block_n, warps, stages) of the backward on a GPU, best first, likewise: the
 #: kept block (keys of dK/dV, queries of dQ) is 64 or 128, the streamed one 16 to 64
 GPU_BACKWARD = {
@@ -484,16 +545,17 @@ GPU_BACKWARD = {
     128: ((64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 2), (32, 128, 8, 2)),
 }
 #: what still fits where few of the above do (wide heads, float32)
-SMALL_FORWARD = ((64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (16, 16, 4, 1))
+SMALL_FORWARD = ((64, 64, 4, 2, 0), (64, 32, 4, 2, 0), (32, 32, 4, 2, 0), (16, 16, 4, 1, 0))
 SMALL_BACKWARD = ((32, 64, 4, 2), (16, 64, 4, 2), (16, 32, 4, 2), (16, 16, 4, 1))
 #: fewer fitting configs than this: the small ones that fit are added
 MIN_CONFIGS = 3
 #: the interpreter runs every program in numpy: small tiles, a square one and an oblong one
-INTERPRETER_CONFIGS = (FlashConfig(16, 16, 4, 1, 16, 16, 4, 1), FlashConfig(32, 16, 4, 1, 16, 32, 4, 1))
+#: (the oblong one reads through TMA descriptors, which the interpreter runs too)
+INTERPRETER_CONFIGS = (FlashConfig(16, 16, 4, 1, 16, 16, 4, 1), FlashConfig(32, 16, 4, 1, 16, 32, 4, 1, tma=1))
 #: shared memory a config may plan for (the H100 has 227 KB a block; the rest is the compiler's)
 SHARED_LIMIT = 200 * 1024
 #: at most this many configs on a GPU
-MAX_CONFIGS = 6
+MAX_CONFIGS = 8
 
 
 def _next_pow2(n: int, floor: int = 16) -> int:
@@ -518,7 +580,7 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str) ->
         return list(INTERPRETER_CONFIGS)
     size = torch.empty((), dtype=dtype).element_size()
 
-    def fits(tiles: tuple[tuple[int, int, int, int], ...], backward: bool) -> list[tuple[int, int, int, int]]:
+    def fits(tiles: tuple[tuple[int, ...], ...], backward: bool) -> list[tuple[int, ...]]:
         # the backward keeps K and V (or Q and dO) and transposes one streamed tile through shared memory
         def need(bm: int, bn: int, s: int) -> int:
             if backward:
@@ -527,9 +589,9 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str) ->
 
         return [t for t in tiles if need(t[0], t[1], t[3]) <= SHARED_LIMIT]
 
-    def space(
-        main: tuple[tuple[int, int, int, int], ...], small: tuple[tuple[int, int, int, int], ...], backward: bool
-    ) -> list[tuple[int, int, int, int]]:
+    Tiles = tuple[tuple[int, ...], ...]
+
+    def space(main: Tiles, small: Tiles, backward: bool) -> list[tuple[int, ...]]:
         tiles = fits(main, backward)
         if len(tiles) < MIN_CONFIGS:
             tiles += [t for t in fits(small, backward) if t not in tiles][: MIN_CONFIGS - len(tiles)]
@@ -538,13 +600,14 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str) ->
     wide = 64 if head_dim <= 64 else 128
     forward_tiles = space(GPU_FORWARD[wide], SMALL_FORWARD, False)
     backward_tiles = space(GPU_BACKWARD[wide], SMALL_BACKWARD, True)
+
+    def pair(f: tuple[int, ...], b: tuple[int, ...]) -> FlashConfig:
+        return FlashConfig(*f[:4], *b, tma=f[4])
+
     if not train:
-        return [FlashConfig(*f, *backward_tiles[0]) for f in forward_tiles[:MAX_CONFIGS]]
+        return [pair(f, backward_tiles[0]) for f in forward_tiles[:MAX_CONFIGS]]
     count = min(MAX_CONFIGS, max(len(forward_tiles), len(backward_tiles)))
-    return [
-        FlashConfig(*forward_tiles[i % len(forward_tiles)], *backward_tiles[i % len(backward_tiles)])
-        for i in range(count)
-    ]
+    return [pair(forward_tiles[i % len(forward_tiles)], backward_tiles[i % len(backward_tiles)]) for i in range(count)]
 
 
 # ------------------------------------------------------------------------------------- launchers
@@ -601,6 +664,37 @@ def _bias(
     return x, tuple(x.stride()), True, False
 
 
+def _alignment(*tensors: torch.Tensor) -> int:
+    """The most elements, up to 16 bytes' worth, that every stride (but the unit last one) and every
+    start of ``tensors`` is a multiple of: the kernels' ``ALIGN``."""
+    align = 16 // tensors[0].element_size()
+    for t in tensors:  # a size-1 dim's stride is never used (its index is 0)
+        parts = [s for s, n in zip(t.stride()[:-1], t.shape[:-1], strict=True) if n > 1]
+        parts.append(t.data_ptr() // t.element_size())
+        while align > 1 and any(p % align for p in parts):
+            align //= 2
+    return align
+
+
+def _tma_reads(align: int, *tensors: torch.Tensor) -> bool:
+    """Whether the forward can read ``tensors`` through TMA descriptors: a GPU of sm90 or later (or
+    the interpreter), 16-byte strides and starts (``align``), and no broadcast (zero) strides."""
+    if TensorDescriptor is None or align * tensors[0].element_size() != 16:
+        return False
+    first = tensors[0]
+    if not _interpreting() and not (first.is_cuda and torch.cuda.get_device_capability(first.device) >= (9, 0)):
+        return False
+    return all(s != 0 or n == 1 for t in tensors for s, n in zip(t.stride(), t.shape, strict=True))
+
+
+def _descriptor(t: torch.Tensor, rows: int, cols: int) -> Any:
+    """A descriptor reading (B, H, N, D) ``t`` in [rows, cols] tiles of one head, zeros past its
+    edges (size-1 dims get a 16-byte stride: theirs is arbitrary and never used)."""
+    unit = 16 // t.element_size()
+    strides = [s if n > 1 else unit for s, n in zip(t.stride()[:-1], t.shape[:-1], strict=True)] + [1]
+    return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, cols])
+
+
 def _head_meta(D: int, Dv: int) -> dict[str, Any]:
     block_d, block_dv = _next_pow2(D), _next_pow2(Dv)
     return {
@@ -643,10 +737,16 @@ def forward(
         "BIAS_BOOL": is_bool,
         "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
         "PRECISION": _precision(q.dtype),
+        "ALIGN": _alignment(q, k, v),
     }
+    meta["TMA"] = bool(config.tma) and _tma_reads(meta["ALIGN"], q, k, v)
+    reads: tuple[Any, ...] = (q, k, v)
+    if meta["TMA"]:
+        block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
+        reads = (_descriptor(q, bm, block_d), _descriptor(k, bn, block_d), _descriptor(v, bn, block_dv))
     with _device(q):
         _fwd_kernel[(triton.cdiv(L, bm), B * Hq)](
-            q, k, v, x, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs,
+            *reads, x, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs,
             Hq, L, S, float(scale) * LOG2E, **meta, num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     return out, lse
@@ -677,7 +777,13 @@ def backward(
         return dq.zero_(), dk.zero_(), dv.zero_()
     x, xs, has_bias, is_bool = _bias(bias, (B, Hq, L, S), q)
     head = _head_meta(D, Dv)
-    masks = {"CAUSAL": bool(causal), "HAS_BIAS": has_bias, "BIAS_BOOL": is_bool, "PRECISION": _precision(q.dtype)}
+    masks = {
+        "CAUSAL": bool(causal),
+        "HAS_BIAS": has_bias,
+        "BIAS_BOOL": is_bool,
+        "PRECISION": _precision(q.dtype),
+        "ALIGN": _alignment(q, k, v, dout),
+    }
     launch = {"num_warps": config.bwd_num_warps, "num_stages": config.bwd_num_stages}
     streamed, kept = config.bwd_block_m, config.bwd_block_n
     delta = torch.empty((B, Hq, L), dtype=torch.float32, device=q.device)
@@ -686,7 +792,7 @@ def backward(
         rows = 16 if _interpreting() else 64
         _bwd_delta_kernel[(triton.cdiv(L, rows), B * Hq)](
             out, dout, delta, *out.stride()[:3], *dout.stride()[:3], Hq, L,
-            HEAD_DV=Dv, BLOCK_DV=head["BLOCK_DV"], BM=rows, num_warps=4,
+            HEAD_DV=Dv, BLOCK_DV=head["BLOCK_DV"], BM=rows, ALIGN=_alignment(out, dout), num_warps=4,
         )  # fmt: skip
         bm, bn = min(streamed, _next_pow2(L)), min(kept, _next_pow2(S))
         _bwd_kv_kernel[(triton.cdiv(S, bn), B * Hkv)](
