@@ -524,10 +524,11 @@ class FlashConfig:
 
 #: (block_m, block_n, warps, stages, tma) of the forward on a GPU, best first, for heads of up to
 #: 64 and for wider ones. On the H200 (torch 2.11, Triton 3.6, bfloat16, the inference shapes of
-#: benchmarks/attention.py, 21 tiles each with and without TMA) TMA reads ran 1 to 7% faster than
-#: pointer reads of the same tile on every shape, and (64, 128, 4, 2) with TMA was the best tile on
-#: four of seven; a short key length (77) wants 32-key blocks. On the H100, with heads over 64, a
-#: 128-row tile needs 8 warps (4 spill its float32 accumulator: half the speed)
+#: benchmarks/attention.py, 21 tiles each with and without TMA) the best tile reading through TMA
+#: was 1 to 8% faster than the best reading through pointers on every shape, and (64, 128, 4, 2)
+#: with TMA was the best tile on four of seven; a short key length (77) wants 32-key blocks. On the
+#: H100, with heads over 64, a 128-row tile needs 8 warps (4 spill its float32 accumulator: half
+#: the speed)
 GPU_FORWARD = {
     64: (
         (64, 128, 4, 2, 1), (64, 64, 4, 3, 1), (128, 64, 4, 3, 1), (128, 32, 4, 3, 1),
