@@ -62,6 +62,8 @@ def heads(B, H, N, D, layout="contiguous"):
         return torch.randn(B, H, N, 2 * D).to(DTYPE)[..., ::2]
     if layout == "offset":  # starting one element into its storage: the kernels' ALIGN is 1
         return torch.randn(B * H * N * D + 1).to(DTYPE)[1:].view(B, H, N, D)
+    if layout == "expanded":  # one head broadcast to all (stride 0): no TMA
+        return torch.randn(B, 1, N, D).to(DTYPE).expand(B, H, N, D)
     return torch.randn(B, H, N, D).to(DTYPE)
 
 def bool_rows(B, L, S):
@@ -109,7 +111,9 @@ cases = [
     ("key_bias", (2, 2, 2, 24, 33, 16, 16), False, "keys", "contiguous", SMALL, None),
     ("head_80", (1, 2, 2, 40, 40, 80, 80), True, None, "contiguous", SMALL, None),
     ("head_40", (1, 2, 2, 24, 40, 40, 40), False, None, "contiguous", OBLONG, None),
-    ("head_40_offset", (1, 2, 2, 24, 40, 40, 40), True, None, "offset", SMALL, None),
+    ("head_40_pointers", (1, 2, 2, 24, 40, 40, 40), True, None, "contiguous", SMALL, None),
+    ("head_40_offset", (1, 2, 2, 24, 40, 40, 40), True, None, "offset", OBLONG, None),
+    ("expanded", (2, 4, 2, 17, 40, 16, 16), False, None, "expanded", OBLONG, None),
     ("d_ne_dv", (2, 2, 2, 24, 40, 32, 16), False, None, "contiguous", SMALL, None),
     ("d_ne_dv_80", (1, 2, 1, 24, 24, 16, 80), True, "keys", "contiguous", OBLONG, None),
     ("odd", (2, 2, 2, 17, 33, 16, 16), False, None, "contiguous", SMALL, None),
@@ -127,12 +131,23 @@ cases = [
 ]
 
 rows = []
+descriptors = 0
+_descriptor = flash._descriptor
+
+def counting_descriptor(*args):
+    global descriptors
+    descriptors += 1
+    return _descriptor(*args)
+
+flash._descriptor = counting_descriptor
 for name, (B, Hq, Hkv, L, S, D, Dv), causal, kind, layout, config, scale in cases:
     start = time.perf_counter()
     q, k, v = heads(B, Hq, L, D, layout), heads(B, Hkv, S, D, layout), heads(B, Hkv, S, Dv, layout)
     bias = bias_of(kind, B, Hq, L, S)
     scale = D ** -0.5 if scale is None else scale
+    before = descriptors
     out, lse = flash.forward(q, k, v, bias, causal, scale, config)
+    tma = descriptors - before
     dout = torch.randn_like(out)
     dq, dk, dv = flash.backward(dout, q, k, v, bias, out, lse, causal, scale, config)
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = reference(q, k, v, bias, causal, scale, dout)
@@ -153,6 +168,7 @@ for name, (B, Hq, Hkv, L, S, D, Dv), causal, kind, layout, config, scale in case
         == [(B, Hq, L, Dv), (B, Hq, L), (B, Hq, L, D), (B, Hkv, S, D), (B, Hkv, S, Dv)],
         "dtypes_right": all(t.dtype == DTYPE for t in got) and lse.dtype == torch.float32,
         "out_contiguous": out.is_contiguous(),
+        "tma_reads": tma,
         "seconds": round(time.perf_counter() - start, 2),
     })
 print(json.dumps({"rows": rows}))
@@ -166,7 +182,11 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 33
+    assert len(rows) == 35
+    # the TMA config reads through descriptors where the strides allow, through pointers elsewhere
+    tma = {r["case"]: r["tma_reads"] for r in rows}
+    assert tma["head_40"] == tma["transposed_bias"] == 3 and tma["head_40_pointers"] == 0
+    assert tma["head_40_offset"] == tma["expanded"] == 0
     wrong = [(r["case"], r["errors"]) for r in rows if not max(r["errors"].values()) < TOLERANCE[dtype]]
     assert not wrong, wrong
     assert all(r["finite"] and r["shapes_right"] and r["dtypes_right"] and r["out_contiguous"] for r in rows), rows
@@ -310,6 +330,34 @@ def test_alignment_is_what_every_stride_and_start_allows():
     assert _alignment(x, torch.empty(2, 8, 64, 36, dtype=torch.bfloat16)) == 4
     assert _alignment(x, torch.empty(2 * 8 * 64 * 40 + 1, dtype=torch.bfloat16)[1:].view(2, 8, 64, 40)) == 1
     assert _alignment(torch.empty(1, 1, 64, 40, dtype=torch.bfloat16).expand(2, 8, 64, 40)) == 8  # broadcast: 0
+
+
+def test_tma_reads_only_where_every_stride_and_start_allows(monkeypatch):
+    from tunesmith_triton.flash import _alignment, _tma_reads
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter reads descriptors on any host
+
+    def reads(t: torch.Tensor) -> bool:
+        return _tma_reads(_alignment(t), t)
+
+    assert reads(torch.empty(2, 8, 64, 40, dtype=torch.float16))
+    assert reads(torch.empty(2, 64, 8, 64, dtype=torch.bfloat16).transpose(1, 2))
+    assert reads(torch.empty(1, 8, 64, 64, dtype=torch.float16).as_strided((1, 8, 64, 64), (3, 4096, 64, 1)))
+    assert not reads(torch.empty(2, 1, 64, 64, dtype=torch.float16).expand(2, 8, 64, 64))  # a broadcast head
+    assert not reads(torch.empty(2 * 8 * 64 * 64 + 1, dtype=torch.float16)[1:].view(2, 8, 64, 64))
+    assert not reads(torch.empty(2, 8, 64, 36, dtype=torch.float16))  # 72-byte rows
+
+
+def test_without_tma_the_space_has_each_pointer_tile_once():
+    from tunesmith_triton.flash import configs
+
+    for head_dim in (64, 128):
+        with_tma = configs(head_dim, torch.bfloat16, False, "cuda")
+        without = configs(head_dim, torch.bfloat16, False, "cuda", tma=False)
+        assert any(c.tma for c in with_tma) and not any(c.tma for c in without)
+        tiles = [(c.block_m, c.block_n, c.num_warps, c.num_stages) for c in without]
+        assert len(set(tiles)) == len(tiles) < len(with_tma)
+        assert set(tiles) == {(c.block_m, c.block_n, c.num_warps, c.num_stages) for c in with_tma}
 
 
 def test_the_interpreter_gets_small_tiles():

@@ -75,10 +75,35 @@ class FlashChoice:
         return attention
 
 
+def _tma_fits(problem: Problem) -> bool:
+    """Whether the forward reads this Problem's q, k and v through TMA on the current GPU (as
+    ``flash._tma_reads`` decides at the call, from the strides the kernel sees and aligned starts)."""
+    if flash.TensorDescriptor is None or torch.version.hip is not None or not torch.cuda.is_available():
+        return False
+    if torch.cuda.get_device_capability() < (9, 0):
+        return False
+    for meta in problem.inputs[:3]:
+        size = torch_dtype(meta.dtype).itemsize
+        stride = meta.stride if meta.stride[-1] == 1 or meta.shape[-1] <= 1 else _contiguous(meta.shape)
+        used = [s for s, n in zip(stride[:-1], meta.shape[:-1], strict=True) if n > 1]
+        if any(s == 0 or (s * size) % 16 for s in used) or (meta.storage_offset * size) % 16:
+            return False
+    return True
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def choices(name: str, problem: Problem, device_type: str) -> list[FlashChoice]:
     q, _, v = problem.inputs[:3]
     dtype = torch_dtype(q.dtype)
-    configs = flash.configs(max(q.shape[3], v.shape[3]), dtype, bool(problem.scalar("grad")), device_type)
+    head, train = max(q.shape[3], v.shape[3]), bool(problem.scalar("grad"))
+    configs = flash.configs(head, dtype, train, device_type, tma=device_type == "cuda" and _tma_fits(problem))
     return [FlashChoice(ChoiceSpec(name, TEMPLATE, c.params()), problem) for c in configs]
 
 

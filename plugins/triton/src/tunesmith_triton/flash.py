@@ -573,10 +573,11 @@ def shared_bytes(kept: int, streamed: int, stages: int, head_dim: int, head_dim_
     return itemsize * (kept * d + stages * streamed * (d + dv))
 
 
-def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str) -> list[FlashConfig]:
+def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str, tma: bool = True) -> list[FlashConfig]:
     """The search space: a few GPU configs that fit shared memory for this head dim and dtype
     (forward and backward tiles paired by rank when ``train``), or two small ones for the
-    interpreter (``device_type`` "cpu")."""
+    interpreter (``device_type`` "cpu"). Without ``tma`` (the GPU or the inputs cannot take it)
+    the TMA tiles become pointer tiles, each tile once."""
     if device_type != "cuda":
         return list(INTERPRETER_CONFIGS)
     size = torch.empty((), dtype=dtype).element_size()
@@ -600,6 +601,8 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str) ->
 
     wide = 64 if head_dim <= 64 else 128
     forward_tiles = space(GPU_FORWARD[wide], SMALL_FORWARD, False)
+    if not tma:
+        forward_tiles = list(dict.fromkeys((*t[:4], 0) for t in forward_tiles))
     backward_tiles = space(GPU_BACKWARD[wide], SMALL_BACKWARD, True)
 
     def pair(f: tuple[int, ...], b: tuple[int, ...]) -> FlashConfig:
@@ -680,7 +683,7 @@ def _alignment(*tensors: torch.Tensor) -> int:
 def _tma_reads(align: int, *tensors: torch.Tensor) -> bool:
     """Whether the forward can read ``tensors`` through TMA descriptors: a GPU of sm90 or later (or
     the interpreter), 16-byte strides and starts (``align``), and no broadcast (zero) strides."""
-    if TensorDescriptor is None or align * tensors[0].element_size() != 16:
+    if TensorDescriptor is None or torch.version.hip is not None or align * tensors[0].element_size() != 16:
         return False
     first = tensors[0]
     if not _interpreting() and not (first.is_cuda and torch.cuda.get_device_capability(first.device) >= (9, 0)):
