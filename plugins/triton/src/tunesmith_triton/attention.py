@@ -13,7 +13,7 @@ import attrs
 import torch
 
 from tunesmith.plugin import scratch_like, torch_dtype
-from tunesmith_hookspecs import ChoiceSpec, Problem
+from tunesmith_hookspecs import ChoiceSpec, Problem, TensorMeta
 from tunesmith_triton import flash
 from tunesmith_triton.served import ATTENTION_OP as OP
 
@@ -84,19 +84,11 @@ def _tma_fits(problem: Problem) -> bool:
         return False
     for meta in problem.inputs[:3]:
         size = torch_dtype(meta.dtype).itemsize
-        stride = meta.stride if meta.stride[-1] == 1 or meta.shape[-1] <= 1 else _contiguous(meta.shape)
-        used = [s for s, n in zip(stride[:-1], meta.shape[:-1], strict=True) if n > 1]
-        if any(s == 0 or (s * size) % 16 for s in used) or (meta.storage_offset * size) % 16:
+        unit_last = meta.stride[-1] == 1 or meta.shape[-1] <= 1  # else the launcher reads a contiguous copy
+        stride = meta.stride if unit_last else TensorMeta.contiguous(meta.shape, meta.dtype).stride
+        if not flash.tma_layout(meta.shape, stride, meta.storage_offset * size, size):
             return False
     return True
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def choices(name: str, problem: Problem, device_type: str) -> list[FlashChoice]:

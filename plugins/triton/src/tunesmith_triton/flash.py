@@ -680,15 +680,22 @@ def _alignment(*tensors: torch.Tensor) -> int:
     return align
 
 
-def _tma_reads(align: int, *tensors: torch.Tensor) -> bool:
+def tma_layout(shape: tuple[int, ...], stride: tuple[int, ...], start: int, itemsize: int) -> bool:
+    """Whether TMA reads a tensor laid out so (a unit last stride, as the kernels see it): every
+    stride of a dim of size > 1 but the last a nonzero multiple of 16 bytes, and its start (bytes)."""
+    used = [s for s, n in zip(stride[:-1], shape[:-1], strict=True) if n > 1]
+    return start % 16 == 0 and all(s != 0 and (s * itemsize) % 16 == 0 for s in used)
+
+
+def _tma_reads(*tensors: torch.Tensor) -> bool:
     """Whether the forward can read ``tensors`` through TMA descriptors: a GPU of sm90 or later (or
-    the interpreter), 16-byte strides and starts (``align``), and no broadcast (zero) strides."""
-    if TensorDescriptor is None or torch.version.hip is not None or align * tensors[0].element_size() != 16:
+    the interpreter), and layouts TMA reads."""
+    if TensorDescriptor is None or torch.version.hip is not None:
         return False
     first = tensors[0]
     if not _interpreting() and not (first.is_cuda and torch.cuda.get_device_capability(first.device) >= (9, 0)):
         return False
-    return all(s != 0 or n == 1 for t in tensors for s, n in zip(t.stride(), t.shape, strict=True))
+    return all(tma_layout(tuple(t.shape), t.stride(), t.data_ptr(), t.element_size()) for t in tensors)
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int) -> Any:
@@ -743,7 +750,7 @@ def forward(
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v),
     }
-    meta["TMA"] = bool(config.tma) and _tma_reads(meta["ALIGN"], q, k, v)
+    meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
         block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
