@@ -239,31 +239,22 @@ def _bwd_delta_kernel(
 
 @triton.jit
 def _bwd_kv_blocks(
-    dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, dq_base, offs_n, cols, offs_m, offs_d, offs_dv, b, h,
-    s_qm, s_dom, s_xm, s_xn, L, S, qk_scale, lo, hi,
-    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr,
+    dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+    s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, hi,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr,
     MASK_M: tl.constexpr, MASK_CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of one key block from query blocks [lo, hi), transposed ([keys, queries]) so that
-    no accumulator is transposed. With MASK_M, rows past L read lse = +inf (P = 0 there). With
-    ATOMIC_DQ, each block's share of dQ (unscaled) is also added to the float32 ``dq_base``; with
-    MASK_N, keys past S (``offs_n``) add none. With TMA, ``q_base`` and ``do_base`` are
-    descriptors of Q and dO, read at head ``(b, h)`` (zeros past their edges)."""
+    no accumulator is transposed. With MASK_M, rows past L read lse = +inf (P = 0 there)."""
     for start in range(lo, hi, BM):
         rows = start + offs_m
-        if TMA:
-            qT = tl.trans(q_base.load([b, h, start, 0]).reshape(BM, BLOCK_D))
-            do = do_base.load([b, h, start, 0]).reshape(BM, BLOCK_DV)
-        else:
-            qT = _load2(
-                q_base + rows.to(tl.int64)[None, :] * s_qm + offs_d[:, None], offs_d, HEAD_D, rows, L, PAD_D, MASK_M
-            )
-            do = _load2(
-                do_base + rows.to(tl.int64)[:, None] * s_dom + offs_dv[None, :],
-                rows, L, offs_dv, HEAD_DV, MASK_M, PAD_DV,
-            )  # fmt: skip
+        qT = _load2(
+            q_base + rows.to(tl.int64)[None, :] * s_qm + offs_d[:, None], offs_d, HEAD_D, rows, L, PAD_D, MASK_M
+        )
+        do = _load2(
+            do_base + rows.to(tl.int64)[:, None] * s_dom + offs_dv[None, :], rows, L, offs_dv, HEAD_DV, MASK_M, PAD_DV
+        )
         if MASK_M:
             lse = tl.load(lse_base + rows, mask=rows < L, other=float("inf"))
             dl = tl.load(dl_base + rows, mask=rows < L, other=0.0)
@@ -293,32 +284,20 @@ def _bwd_kv_blocks(
         dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
         dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         dsT = pT * (dpT - dl[None, :])
-        if ATOMIC_DQ and MASK_N:  # the clamped keys past S: their dK and dV are never stored, their dQ is
-            dsT = tl.where(offs_n[:, None] < S, dsT, 0.0)
-        dsT = dsT.to(qT.dtype)
-        dk = tl.dot(dsT, tl.trans(qT), dk, input_precision=PRECISION)
-        if ATOMIC_DQ:
-            dq = tl.dot(tl.trans(dsT), k, input_precision=PRECISION)
-            dq_ptrs = dq_base + rows.to(tl.int64)[:, None] * HEAD_D + offs_d[None, :]
-            if MASK_M or PAD_D:
-                tl.atomic_add(dq_ptrs, dq, mask=(rows[:, None] < L) & (offs_d[None, :] < HEAD_D), sem="relaxed")
-            else:
-                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
+        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision=PRECISION)
     return dk, dv
 
 
 @triton.jit
 def _bwd_kv_kernel(
-    q_ptr, k_ptr, v_ptr, x_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr,
+    q_ptr, k_ptr, v_ptr, x_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_dob, s_doh, s_dom,
     H, HKV, L, S, scale, qk_scale,
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, ATOMIC_DQ: tl.constexpr, MASK_N: tl.constexpr, TMA: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
-    """With ATOMIC_DQ, dQ too: added (unscaled) into the zeroed float32 (B, H, L, D) ``dq_ptr``.
-    With TMA, ``q_ptr`` and ``do_ptr`` are (B, H, L, D) descriptors, not pointers."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -347,36 +326,28 @@ def _bwd_kv_kernel(
         lo = 0
         full = 0
     for g in range(GROUP):
-        h = kvh * GROUP + g
-        h64 = h.to(tl.int64)
+        h64 = kvh64 * GROUP + g
         bh = b64 * H + h64
-        if TMA:
-            q_base, do_base = q_ptr, do_ptr
-        else:
-            q_base = q_ptr + b64 * s_qb + h64 * s_qh
-            do_base = do_ptr + b64 * s_dob + h64 * s_doh
+        q_base = q_ptr + b64 * s_qb + h64 * s_qh
+        do_base = do_ptr + b64 * s_dob + h64 * s_doh
         x_base = x_ptr + b64 * s_xb + h64 * s_xh
         lse_base = lse_ptr + bh * L
         dl_base = delta_ptr + bh * L
-        dq_base = dq_ptr + bh * L * HEAD_D
         if CAUSAL:
             dk, dv = _bwd_kv_blocks(
-                dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, dq_base, offs_n, cols, offs_m, offs_d,
-                offs_dv, b, h, s_qm, s_dom, s_xm, s_xn, L, S, qk_scale, lo, tl.minimum(full, L),
-                HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
-                ATOMIC_DQ, MASK_N, TMA,
+                dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, tl.minimum(full, L),
+                HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
             )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
-            dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, dq_base, offs_n, cols, offs_m, offs_d,
-            offs_dv, b, h, s_qm, s_dom, s_xm, s_xn, L, S, qk_scale, full, whole,
-            HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
-            ATOMIC_DQ, MASK_N, TMA,
+            dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, full, whole,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
-            dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, dq_base, offs_n, cols, offs_m, offs_d,
-            offs_dv, b, h, s_qm, s_dom, s_xm, s_xn, L, S, qk_scale, tl.maximum(full, whole), L,
-            HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
-            ATOMIC_DQ, MASK_N, TMA,
+            dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, whole), L,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
     row0 = bkv.to(tl.int64) * S
     inside = offs_n[:, None] < S
@@ -388,27 +359,20 @@ def _bwd_kv_kernel(
 
 @triton.jit
 def _bwd_q_blocks(
-    dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+    dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
     s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    PRECISION: tl.constexpr, TMA: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """dQ of one query block from key blocks [lo, hi): with MASK, the key-edge and causal masks.
-    With TMA, ``k_base`` and ``v_base`` are descriptors of K and V, read at head ``(b, kvh)``."""
-    if not TMA:
-        k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
-        v_ptrs = v_base + (lo + offs_n).to(tl.int64)[None, :] * s_vn + offs_dv[:, None]
+    """dQ of one query block from key blocks [lo, hi): with MASK, the key-edge and causal masks."""
+    k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
+    v_ptrs = v_base + (lo + offs_n).to(tl.int64)[None, :] * s_vn + offs_dv[:, None]
     x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm
     for start in range(lo, hi, BN):
         cols = start + offs_n
-        if TMA:
-            kT = tl.trans(k_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_D))
-            vT = tl.trans(v_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_DV))
-        else:
-            kT = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
-            vT = _load2(v_ptrs, offs_dv, HEAD_DV, cols, S, PAD_DV, MASK)
+        kT = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
+        vT = _load2(v_ptrs, offs_dv, HEAD_DV, cols, S, PAD_DV, MASK)
         qk = tl.dot(q, kT, input_precision=PRECISION)
         if HAS_BIAS:
             x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
@@ -423,9 +387,8 @@ def _bwd_q_blocks(
         dp = tl.dot(do, vT, input_precision=PRECISION)
         ds = p * (dp - dl[:, None])
         dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision=PRECISION)
-        if not TMA:
-            k_ptrs += BN * s_kn
-            v_ptrs += BN * s_vn
+        k_ptrs += BN * s_kn
+        v_ptrs += BN * s_vn
     return dq
 
 
@@ -437,9 +400,8 @@ def _bwd_q_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, TMA: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
-    """With TMA, ``k_ptr`` and ``v_ptr`` are (B, H, S, D) descriptors, not pointers."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -463,11 +425,8 @@ def _bwd_q_kernel(
     row0 = bh.to(tl.int64) * L
     lse2 = tl.load(lse_ptr + row0 + rows) * 1.4426950408889634
     dl = tl.load(delta_ptr + row0 + rows)
-    if TMA:
-        k_base, v_base = k_ptr, v_ptr
-    else:
-        k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
-        v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
+    k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
+    v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
     x_base = x_ptr + b64 * s_xb + h64 * s_xh
     dq = tl.zeros((BM, BLOCK_D), dtype=tl.float32)
     whole = (S // BN) * BN
@@ -478,30 +437,22 @@ def _bwd_q_kernel(
         hi = S
         lo = whole
     dq = _bwd_q_blocks(
-        dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+        dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION, TMA,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
     dq = _bwd_q_blocks(
-        dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+        dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION, TMA,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
     dq_ptrs = dq_ptr + (row0 + offs_m)[:, None] * HEAD_D + offs_d[None, :]
     tl.store(dq_ptrs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_d[None, :] < HEAD_D))
 
 
-@triton.jit
-def _bwd_dq_cast_kernel(acc_ptr, dq_ptr, n, scale, BLOCK: tl.constexpr):
-    """dQ = scale * the float32 sum the atomic dK/dV kernel left, in dQ's dtype."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.load(acc_ptr + offs, mask=offs < n)
-    tl.store(dq_ptr + offs, (acc * scale).to(dq_ptr.dtype.element_ty), mask=offs < n)
-
-
 # --------------------------------------------------------------------------------------- configs
 
-_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)(b?)(a?)")
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)")
 
 
 def _pow2(n: int) -> bool:
@@ -516,12 +467,9 @@ class FlashConfig:
     in the dQ kernel) and ``bwd_block_m`` the block it streams (queries for dK/dV, keys for dQ):
     both kernels keep the larger tile and loop over the smaller one, as FA2 does. ``tma`` 1: the
     forward reads Q, K and V through TMA descriptors, on GPUs that have them (sm90 and later) and
-    where every stride allows (else it reads them as the pointer path does); ``bwd_tma`` 1: the
-    backward kernels read their streamed tiles so. ``atomic_dq`` 1: the dK/dV kernel also adds
-    each block's dQ into a float32 sum with atomics (two matmuls fewer than a dQ kernel of its own;
-    not bitwise reproducible, so not where torch is asked to be deterministic).
-    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"``, then ``t``, ``b`` and ``a`` for the three
-    flags, and ``FlashConfig.from_str`` reads it back.
+    where every stride allows (else it reads them as the pointer path does).
+    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA) and
+    ``FlashConfig.from_str`` reads it back.
     """
 
     block_m: int
@@ -533,8 +481,6 @@ class FlashConfig:
     bwd_num_warps: int
     bwd_num_stages: int
     tma: int = 0
-    bwd_tma: int = 0
-    atomic_dq: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -547,17 +493,14 @@ class FlashConfig:
         for name in ("num_stages", "bwd_num_stages"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
-        for name in ("tma", "bwd_tma", "atomic_dq"):
-            if getattr(self, name) not in (0, 1):
-                raise ValueError(f"FlashConfig.{name} must be 0 or 1, not {getattr(self, name)!r}")
+        if self.tma not in (0, 1):
+            raise ValueError(f"FlashConfig.tma must be 0 or 1, not {self.tma!r}")
 
     def __str__(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
             f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
             + ("t" if self.tma else "")
-            + ("b" if self.bwd_tma else "")
-            + ("a" if self.atomic_dq else "")
         )
 
     @classmethod
@@ -566,9 +509,8 @@ class FlashConfig:
         match = _CONFIG_TEXT.fullmatch(text.strip())
         if match is None:
             raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
-        *sizes, tma, bwd_tma, atomic = match.groups()
-        flags = {"tma": int(bool(tma)), "bwd_tma": int(bool(bwd_tma)), "atomic_dq": int(bool(atomic))}
-        return cls(*(int(g) for g in sizes), **flags)
+        *sizes, tma = match.groups()
+        return cls(*(int(g) for g in sizes), tma=int(tma == "t"))
 
     def params(self) -> dict[str, int]:
         """The config as a ChoiceSpec's params."""
@@ -600,21 +542,17 @@ GPU_FORWARD = {
 #: (bwd_block_m, bwd_block_n, warps, stages) of the backward on a GPU, best first, likewise: the
 #: kept block (keys of dK/dV, queries of dQ) is 64 or 128, the streamed one 16 to 64
 GPU_BACKWARD = {
-    64: ((32, 64, 4, 3, 0), (32, 128, 4, 3, 0), (64, 64, 4, 2, 0), (16, 64, 4, 3, 0), (64, 128, 8, 2, 0)),
-    128: ((64, 64, 4, 2, 0), (32, 64, 4, 3, 0), (64, 128, 8, 2, 0), (32, 128, 8, 2, 0)),
+    64: ((32, 64, 4, 3), (32, 128, 4, 3), (64, 64, 4, 2), (16, 64, 4, 3), (64, 128, 8, 2)),
+    128: ((64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 2), (32, 128, 8, 2)),
 }
 #: what still fits where few of the above do (wide heads, float32)
 SMALL_FORWARD = ((64, 64, 4, 2, 0), (64, 32, 4, 2, 0), (32, 32, 4, 2, 0), (16, 16, 4, 1, 0))
-SMALL_BACKWARD = ((32, 64, 4, 2, 0), (16, 64, 4, 2, 0), (16, 32, 4, 2, 0), (16, 16, 4, 1, 0))
+SMALL_BACKWARD = ((32, 64, 4, 2), (16, 64, 4, 2), (16, 32, 4, 2), (16, 16, 4, 1))
 #: fewer fitting configs than this: the small ones that fit are added
 MIN_CONFIGS = 3
 #: the interpreter runs every program in numpy: small tiles, a square one and an oblong one
-#: (the oblong one reads through TMA descriptors, which the interpreter runs too, and adds dQ
-#: with atomics)
-INTERPRETER_CONFIGS = (
-    FlashConfig(16, 16, 4, 1, 16, 16, 4, 1),
-    FlashConfig(32, 16, 4, 1, 16, 32, 4, 1, tma=1, atomic_dq=1),
-)
+#: (the oblong one reads through TMA descriptors, which the interpreter runs too)
+INTERPRETER_CONFIGS = (FlashConfig(16, 16, 4, 1, 16, 16, 4, 1), FlashConfig(32, 16, 4, 1, 16, 32, 4, 1, tma=1))
 #: shared memory a config may plan for (the H100 has 227 KB a block; the rest is the compiler's)
 SHARED_LIMIT = 200 * 1024
 #: at most this many configs on a GPU
@@ -667,11 +605,8 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str, tm
         forward_tiles = list(dict.fromkeys((*t[:4], 0) for t in forward_tiles))
     backward_tiles = space(GPU_BACKWARD[wide], SMALL_BACKWARD, True)
 
-    if torch.are_deterministic_algorithms_enabled():
-        backward_tiles = list(dict.fromkeys((*t[:4], 0) for t in backward_tiles))
-
     def pair(f: tuple[int, ...], b: tuple[int, ...]) -> FlashConfig:
-        return FlashConfig(*f[:4], *b[:4], tma=f[4], atomic_dq=b[4])
+        return FlashConfig(*f[:4], *b, tma=f[4])
 
     if not train:
         return [pair(f, backward_tiles[0]) for f in forward_tiles[:MAX_CONFIGS]]
@@ -862,11 +797,8 @@ def backward(
     }
     launch = {"num_warps": config.bwd_num_warps, "num_stages": config.bwd_num_stages}
     streamed, kept = config.bwd_block_m, config.bwd_block_n
-    atomic = bool(config.atomic_dq) and not torch.are_deterministic_algorithms_enabled()
     delta = torch.empty((B, Hq, L), dtype=torch.float32, device=q.device)
-    dq_sum = torch.zeros(dq.shape, dtype=torch.float32, device=q.device) if atomic else dq
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *dout.stride()[:3])
-    tma = bool(config.bwd_tma) and _tma_reads(q, k, v, dout)
     with _device(q):
         rows = 16 if _interpreting() else 64
         _bwd_delta_kernel[(triton.cdiv(L, rows), B * Hq)](
@@ -874,25 +806,14 @@ def backward(
             HEAD_DV=Dv, BLOCK_DV=head["BLOCK_DV"], BM=rows, ALIGN=_alignment(out, dout), num_warps=4,
         )  # fmt: skip
         bm, bn = min(streamed, _next_pow2(L)), min(kept, _next_pow2(S))
-        q_in, do_in = q, dout
-        if tma:
-            q_in, do_in = _descriptor(q, bm, head["BLOCK_D"]), _descriptor(dout, bm, head["BLOCK_DV"])
         _bwd_kv_kernel[(triton.cdiv(S, bn), B * Hkv)](
-            q_in, k, v, x, do_in, lse, delta, dk, dv, dq_sum, *strides, Hq, Hkv, L, S, float(scale),
-            float(scale) * LOG2E, GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, ATOMIC_DQ=atomic,
-            MASK_N=S % bn != 0, TMA=tma, **launch,
+            q, k, v, x, dout, lse, delta, dk, dv, *strides, Hq, Hkv, L, S, float(scale), float(scale) * LOG2E,
+            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, **launch,
         )  # fmt: skip
-        if atomic:
-            block = 1024
-            _bwd_dq_cast_kernel[(triton.cdiv(dq.numel(), block),)](dq_sum, dq, dq.numel(), float(scale), BLOCK=block)
-            return dq, dk, dv
         bm, bn = min(kept, _next_pow2(L)), min(streamed, _next_pow2(S))
-        k_in, v_in = k, v
-        if tma:
-            k_in, v_in = _descriptor(k, bn, head["BLOCK_D"]), _descriptor(v, bn, head["BLOCK_DV"])
         _bwd_q_kernel[(triton.cdiv(L, bm), B * Hq)](
-            q, k_in, v_in, x, dout, lse, delta, dq, *strides, Hq, L, S, float(scale), float(scale) * LOG2E,
-            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, TMA=tma, **launch,
+            q, k, v, x, dout, lse, delta, dq, *strides, Hq, L, S, float(scale), float(scale) * LOG2E,
+            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, **launch,
         )  # fmt: skip
     return dq, dk, dv
 
