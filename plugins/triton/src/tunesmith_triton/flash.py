@@ -90,15 +90,16 @@ def _fwd_blocks(
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks. With
-    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges)."""
+    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges). With WS,
+    the loop is warp-specialised (``tl.range``'s ``warp_specialize``)."""
     if not TMA:
         k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
         v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
     x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm  # the bias tile's pointers are made per block, only with a bias
-    for start in range(lo, hi, BN):
+    for start in tl.range(lo, hi, BN, warp_specialize=WS):
         cols = start + offs_n
         if TMA:
             k = tl.trans(k_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_D))
@@ -153,9 +154,11 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr, EDGE: tl.constexpr,
 ):  # fmt: skip
-    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers."""
+    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers.
+    With WS, one warp-specialised loop over every key block, masked where EDGE (Triton 3.6 fails
+    to specialise a kernel with a second loop)."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -189,18 +192,20 @@ def _fwd_kernel(
     else:
         hi = S
         lo = whole
+    # without WS, blocks [0, lo) unmasked, then [lo, hi) masked; with WS, one loop over [0, hi)
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, hi if WS else lo,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, EDGE if WS else False, CAUSAL, HAS_BIAS, BIAS_BOOL,
+        SCALE_FIRST, PRECISION, TMA, WS,
     )  # fmt: skip
-    acc, l_i, m_i = _fwd_blocks(
-        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA,
-    )  # fmt: skip
+    if not WS:
+        acc, l_i, m_i = _fwd_blocks(
+            acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+            s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+            HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+            PRECISION, TMA, False,
+        )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -452,7 +457,7 @@ def _bwd_q_kernel(
 
 # --------------------------------------------------------------------------------------- configs
 
-_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)")
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)(ws)?")
 
 
 def _pow2(n: int) -> bool:
@@ -467,8 +472,9 @@ class FlashConfig:
     in the dQ kernel) and ``bwd_block_m`` the block it streams (queries for dK/dV, keys for dQ):
     both kernels keep the larger tile and loop over the smaller one, as FA2 does. ``tma`` 1: the
     forward reads Q, K and V through TMA descriptors, on GPUs that have them (sm90 and later) and
-    where every stride allows (else it reads them as the pointer path does).
-    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA) and
+    where every stride allows (else it reads them as the pointer path does); ``ws`` 1: a forward
+    reading through TMA with no bias warp-specialises its loop.
+    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA, then ``ws``) and
     ``FlashConfig.from_str`` reads it back.
     """
 
@@ -481,6 +487,7 @@ class FlashConfig:
     bwd_num_warps: int
     bwd_num_stages: int
     tma: int = 0
+    ws: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -493,14 +500,16 @@ class FlashConfig:
         for name in ("num_stages", "bwd_num_stages"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
-        if self.tma not in (0, 1):
-            raise ValueError(f"FlashConfig.tma must be 0 or 1, not {self.tma!r}")
+        for name in ("tma", "ws"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"FlashConfig.{name} must be 0 or 1, not {getattr(self, name)!r}")
 
     def __str__(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
             f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
             + ("t" if self.tma else "")
+            + ("ws" if self.ws else "")
         )
 
     @classmethod
@@ -509,8 +518,8 @@ class FlashConfig:
         match = _CONFIG_TEXT.fullmatch(text.strip())
         if match is None:
             raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
-        *sizes, tma = match.groups()
-        return cls(*(int(g) for g in sizes), tma=int(tma == "t"))
+        *sizes, tma, ws = match.groups()
+        return cls(*(int(g) for g in sizes), tma=int(tma == "t"), ws=int(ws == "ws"))
 
     def params(self) -> dict[str, int]:
         """The config as a ChoiceSpec's params."""
@@ -751,6 +760,8 @@ def forward(
         "ALIGN": _alignment(q, k, v),
     }
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
+    meta["WS"] = bool(config.ws) and meta["TMA"] and not has_bias
+    meta["EDGE"] = bool(causal) or S % bn != 0
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
         block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
