@@ -1,0 +1,160 @@
+"""The Triton flash-attention template's tile sweep: every candidate forward config on the
+inference shapes of ``attention.py`` and every candidate backward config on its training shapes,
+the data that ranks ``flash.GPU_FORWARD`` and ``flash.GPU_BACKWARD``.
+
+    python benchmarks/attention_tiles.py --json $OUT/attention_tiles_h200.json
+    python benchmarks/attention_tiles.py --only bert_infer_8x512 --forward-only --json out.json
+
+Forward candidates are ``FORWARD_TILES``, each through pointers, through TMA, and through TMA
+warp-specialised (``ws``, 4-warp tiles only); backward candidates are ``BACKWARD_TILES`` after the
+space's first forward config. Each is timed as ``attention.py`` times a column (its kernels in a
+CUDA graph, over rotating inputs, against cuDNN in the same process) and checked against float64;
+a config that fails to compile or to match is listed in ``errors``. The kernels are compiled
+first in ``--workers`` processes (into Triton's cache), then timed one by one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention  # the shapes and the timing of benchmarks/attention.py
+
+#: (block_m, block_n, warps, stages) of the forward: the space's tiles and their neighbours
+FORWARD_TILES = (
+    (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2), (64, 128, 4, 3), (128, 32, 4, 3), (128, 64, 4, 2),
+    (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 4, 2), (128, 128, 8, 2), (64, 32, 4, 3), (32, 32, 4, 2),
+)  # fmt: skip
+#: (bwd_block_m, bwd_block_n, warps, stages) of the backward (streamed, kept)
+BACKWARD_TILES = (
+    (16, 64, 4, 3), (32, 64, 4, 3), (64, 64, 4, 2), (32, 128, 4, 3), (32, 128, 8, 3),
+    (32, 128, 8, 2), (64, 128, 8, 2), (64, 128, 8, 3),
+)  # fmt: skip
+#: a config is kept if its error by norm against float64 is below this (bf16)
+TOLERANCE = 2e-2
+
+
+def candidates(name: str) -> list[Any]:
+    """The FlashConfigs swept on one shape: forward ones for inference, backward ones for training."""
+    from tunesmith_triton import flash
+
+    train = attention.SHAPES[name][-1]
+    head = attention.SHAPES[name][6]
+    space = flash.configs(head, torch.bfloat16, train, "cuda")
+    first = space[0]
+    if train:
+        fwd = (first.block_m, first.block_n, first.num_warps, first.num_stages)
+        return [flash.FlashConfig(*fwd, *t, tma=first.tma) for t in BACKWARD_TILES]
+    bwd = (first.bwd_block_m, first.bwd_block_n, first.bwd_num_warps, first.bwd_num_stages)
+    flags = {4: ((0, 0), (1, 0), (1, 1)), 8: ((0, 0), (1, 0))}  # (tma, ws): ws specialises 4-warp tiles
+    return [flash.FlashConfig(*tile, *bwd, tma=t, ws=w) for tile in FORWARD_TILES for t, w in flags[tile[2]]]
+
+
+def _problem(name: str) -> tuple[Any, list[torch.Tensor]]:
+    from tunesmith.problem import build_problem
+
+    tensors, scalars = attention.make(name, "cuda")
+    return build_problem("attention", tensors, scalars)
+
+
+def _kernel(problem: Any, config: Any) -> Any:
+    from tunesmith_triton import flash
+
+    causal, scale = bool(problem.scalar("is_causal")), float(problem.scalar("scale"))
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return flash.attention(q, k, v, mask, causal, scale, config)
+
+    return call
+
+
+def _compile(task: tuple[str, int]) -> str | None:
+    """Run one config once (a worker process: its kernels land in Triton's cache)."""
+    from tunesmith.ops import measured
+
+    name, index = task
+    problem, inputs = _problem(name)
+    config = candidates(name)[index]
+    try:
+        measured(problem, _kernel(problem, config))(*inputs)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported, the sweep goes on
+        return f"{name} {config}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return None
+
+
+def sweep(name: str) -> dict[str, Any]:
+    """One shape: cuDNN's time and every candidate's (ms), with the errors."""
+    from tunesmith.bench.timing import rotating_inputs
+    from tunesmith.ops import measured, reference, relative_error
+    from tunesmith_aten.attention import sdpa
+
+    problem, inputs = _problem(name)
+    sets = rotating_inputs(problem, inputs)
+    ref = reference(problem, inputs)
+    row: dict[str, Any] = {"cudnn_ms": None, "ms": {}, "errors": {}}
+    columns = [("cudnn", sdpa("cudnn", problem))] + [(str(c), _kernel(problem, c)) for c in candidates(name)]
+    for label, kernel in columns:
+        call = measured(problem, kernel)
+        try:
+            err = relative_error(call(*inputs), ref)
+            if not err < TOLERANCE:
+                raise ValueError(f"relative error {err:.3g} against float64")
+            ms = round(attention.time_ms(call, sets), 5)
+        except Exception as exc:  # noqa: BLE001 - a config that fails is reported, not fatal
+            row["errors"][label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            continue
+        if label == "cudnn":
+            row["cudnn_ms"] = ms
+        else:
+            row["ms"][label] = ms
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
+    parser.add_argument("--forward-only", action="store_true", help="only the inference shapes")
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "attention_tiles.json"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("the tile sweep needs a CUDA GPU")
+    names = [n for n in args.only.split(",") if n] or list(attention.SHAPES)
+    unknown = sorted(set(names) - set(attention.SHAPES))
+    if unknown:
+        raise SystemExit(f"unknown shapes {unknown}; known: {', '.join(attention.SHAPES)}")
+    if args.forward_only:
+        names = [n for n in names if not attention.SHAPES[n][-1]]
+    import triton
+
+    start = time.perf_counter()
+    tasks = [(n, i) for n in names for i in range(len(candidates(n)))]
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        compile_errors = [e for e in pool.imap_unordered(_compile, tasks) if e]
+    print(f"compiled {len(tasks)} configs in {time.perf_counter() - start:.0f} s", flush=True)
+    out: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "compile_errors": compile_errors,
+        "rows": {},
+    }
+    for name in names:
+        row = out["rows"][name] = sweep(name)
+        best = sorted(row["ms"].items(), key=lambda kv: kv[1])[:3]
+        print(f"{name}: cudnn {row['cudnn_ms']} ms; best " + ", ".join(f"{c} {ms}" for c, ms in best), flush=True)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
