@@ -133,6 +133,8 @@ cases = [
     ("ws_causal_odd", (2, 2, 2, 37, 29, 16, 16), True, None, "transposed", WS, None),
     ("ws_gqa_odd_keys", (1, 4, 2, 20, 45, 16, 16), False, None, "contiguous", WS, None),
     ("ws_with_bias", (1, 2, 2, 24, 40, 16, 16), True, "relative", "contiguous", WS, None),
+    ("ws_causal_even", (1, 2, 2, 32, 32, 16, 16), True, None, "contiguous", WS, None),
+    ("ws_decode", (2, 4, 2, 1, 37, 16, 16), False, None, "contiguous", WS, None),
 ]
 
 rows = []
@@ -201,7 +203,7 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 39
+    assert len(rows) == 41
     # the TMA config reads through descriptors where the strides allow, through pointers elsewhere
     tma = {r["case"]: r["tma_reads"] for r in rows}
     assert tma["head_40"] == tma["transposed_bias"] == 3 and tma["head_40_pointers"] == 0
@@ -209,7 +211,7 @@ def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     assert tma["ws_even"] == tma["ws_causal_odd"] == tma["ws_with_bias"] == 3
     # the ws config runs one warp-specialised loop where it reads through TMA with no bias
     ws = {r["case"] for r in rows if r["ws"]}
-    assert ws == {"ws_even", "ws_causal_odd", "ws_gqa_odd_keys"}, ws
+    assert ws == {"ws_even", "ws_causal_odd", "ws_gqa_odd_keys", "ws_causal_even", "ws_decode"}, ws
     wrong = [(r["case"], r["errors"]) for r in rows if not max(r["errors"].values()) < TOLERANCE[dtype]]
     assert not wrong, wrong
     assert all(r["finite"] and r["shapes_right"] and r["dtypes_right"] and r["out_contiguous"] for r in rows), rows

@@ -4,7 +4,8 @@ backward, with grouped-query heads, a causal mask, and a boolean or additive bia
 - ``_fwd_kernel``: one program per block of query rows of one query head. The Q tile is loaded
   once; K and V tiles stream through an online softmax in float32 (base 2: the scale is folded
   with log2(e)). Key blocks past the causal diagonal are skipped; the blocks wholly below it (and
-  wholly inside the keys) run without any mask, the rest with the causal and key-edge masks.
+  wholly inside the keys) run without any mask, the rest with the causal and key-edge masks (a
+  warp-specialised forward runs them all in one loop, every block masked where any needs it).
   It also stores each row's log-sum-exp (natural log) for the backward.
 - The backward is FA2's: ``_bwd_delta_kernel`` (delta = rowsum(dO * O)), ``_bwd_kv_kernel`` (one
   program per key block of one kv head, looping over the group's query heads, so dK and dV need no
@@ -761,7 +762,7 @@ def forward(
     }
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
     meta["WS"] = bool(config.ws) and meta["TMA"] and not has_bias
-    meta["EDGE"] = bool(causal) or S % bn != 0
+    meta["EDGE"] = meta["WS"] and (bool(causal) or S % bn != 0)  # (only WS reads it: no twin compiles)
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
         block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
