@@ -78,9 +78,7 @@ class FlashChoice:
 def _tma_fits(problem: Problem) -> bool:
     """Whether the forward reads this Problem's q, k and v through TMA on the current GPU (as
     ``flash._tma_reads`` decides at the call, from the strides the kernel sees and aligned starts)."""
-    if flash.TensorDescriptor is None or torch.version.hip is not None or not torch.cuda.is_available():
-        return False
-    if torch.cuda.get_device_capability() < (9, 0):
+    if not torch.cuda.is_available() or not flash.tma_device(torch.device("cuda", torch.cuda.current_device())):
         return False
     for meta in problem.inputs[:3]:
         size = torch_dtype(meta.dtype).itemsize

@@ -697,13 +697,18 @@ def tma_layout(shape: tuple[int, ...], stride: tuple[int, ...], start: int, item
     return start % 16 == 0 and all(s != 0 and (s * itemsize) % 16 == 0 for s in used)
 
 
-def _tma_reads(*tensors: torch.Tensor) -> bool:
-    """Whether the forward can read ``tensors`` through TMA descriptors: a GPU of sm90 or later (or
-    the interpreter), and layouts TMA reads."""
+def tma_device(device: torch.device) -> bool:
+    """Whether the kernels can read through TMA descriptors on ``device``: Triton has them, and it
+    is an NVIDIA GPU of sm90 or later (or the interpreter runs the kernels)."""
     if TensorDescriptor is None or torch.version.hip is not None:
         return False
-    first = tensors[0]
-    if not _interpreting() and not (first.is_cuda and torch.cuda.get_device_capability(first.device) >= (9, 0)):
+    return _interpreting() or (device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def _tma_reads(*tensors: torch.Tensor) -> bool:
+    """Whether the forward can read ``tensors`` through TMA descriptors: ``tma_device``, and
+    layouts TMA reads."""
+    if not tma_device(tensors[0].device):
         return False
     return all(tma_layout(tuple(t.shape), t.stride(), t.data_ptr(), t.element_size()) for t in tensors)
 
