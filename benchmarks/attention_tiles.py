@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import sys
 import time
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
@@ -76,7 +77,7 @@ def _kernel(problem: Any, config: Any) -> Any:
 
 
 def _compile(task: tuple[str, int]) -> str | None:
-    """Run one config once (a worker process: its kernels land in Triton's cache)."""
+    """Run one config once (in a compile lane: its kernels land in Triton's cache); its error or None."""
     from tunesmith.ops import measured
 
     name, index = task
@@ -90,8 +91,81 @@ def _compile(task: tuple[str, int]) -> str | None:
     return None
 
 
-def sweep(name: str) -> dict[str, Any]:
-    """One shape: cuDNN's time and every candidate's (ms), with the errors."""
+def _compile_lane(conn: Connection) -> None:
+    """A compile process: configs from ``conn`` until None; it stops after an error (its CUDA
+    context may be broken) and the parent starts another."""
+    while (task := conn.recv()) is not None:
+        error = _compile(task)
+        conn.send(error)
+        if error:
+            return
+
+
+def precompile(tasks: list[tuple[str, int]], workers: int, timeout_s: float) -> dict[tuple[str, int], str]:
+    """Run every task once in ``workers`` spawned processes, each task in a process of its own
+    choosing; a task whose process dies (a compiler abort) or takes over ``timeout_s`` (a hang)
+    fails alone. The failed tasks and why."""
+    ctx = multiprocessing.get_context("spawn")
+    todo, errors = list(reversed(tasks)), {}
+    busy: dict[Connection, tuple[Any, tuple[str, int], float]] = {}
+    start, done = time.monotonic(), 0
+
+    def lane() -> tuple[Connection, Any]:
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_compile_lane, args=(child,), daemon=True)
+        process.start()
+        child.close()
+        return parent, process
+
+    def feed(conn: Connection, process: Any) -> None:
+        if todo:
+            task = todo.pop()
+            conn.send(task)
+            busy[conn] = (process, task, time.monotonic())
+        else:
+            conn.send(None)
+
+    for _ in range(min(workers, len(tasks))):
+        feed(*lane())
+    while busy:
+        ready = wait(list(busy), timeout=5)
+        for conn in list(busy):
+            process, task, sent = busy[conn]
+            if conn in ready:
+                try:
+                    error = conn.recv()
+                except EOFError:
+                    process.join(5)
+                    error = f"{task[0]} {candidates(task[0])[task[1]]}: its process died (exit code {process.exitcode})"
+            elif time.monotonic() - sent > timeout_s:
+                process.kill()
+                error = f"{task[0]} {candidates(task[0])[task[1]]}: no answer in {timeout_s:.0f} s (killed)"
+            else:
+                continue
+            del busy[conn]
+            done += 1
+            if error:
+                errors[task] = error
+                print(error, flush=True)
+                process.join(5)
+                if process.is_alive():
+                    process.kill()
+                conn.close()
+                if todo:
+                    feed(*lane())
+            else:
+                feed(conn, process)
+            if done % 20 == 0 or done == len(tasks):
+                print(
+                    f"compiled {done}/{len(tasks)} ({len(errors)} failed) in {time.monotonic() - start:.0f} s",
+                    flush=True,
+                )
+    return errors
+
+
+def sweep(name: str, failed: set[int]) -> dict[str, Any]:
+    """One shape: cuDNN's time and every candidate's (ms) but the ``failed`` ones (by index: they
+    may hang or abort this process), with the errors."""
     from tunesmith.bench.timing import rotating_inputs
     from tunesmith.ops import measured, reference, relative_error, tolerance
     from tunesmith_aten.attention import sdpa
@@ -100,7 +174,9 @@ def sweep(name: str) -> dict[str, Any]:
     sets = rotating_inputs(problem, inputs)
     ref, tol = reference(problem, inputs), tolerance(problem)
     row: dict[str, Any] = {"cudnn_ms": None, "ms": {}, "errors": {}}
-    columns = [("cudnn", sdpa("cudnn", problem))] + [(str(c), _kernel(problem, c)) for c in candidates(name)]
+    columns = [("cudnn", sdpa("cudnn", problem))] + [
+        (str(c), _kernel(problem, c)) for i, c in enumerate(candidates(name)) if i not in failed
+    ]
     for label, kernel in columns:
         call = measured(problem, kernel)
         try:
@@ -123,6 +199,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--forward-only", action="store_true", help="only the inference shapes")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
+    parser.add_argument("--compile-timeout", type=float, default=240.0, help="seconds a config may compile")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "attention_tiles.json"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -139,22 +216,19 @@ def main() -> None:
         json.dump({}, f)
     import triton
 
-    start = time.perf_counter()
     tasks = [(n, i) for n in names for i in range(len(candidates(n)))]
-    # compile errors are advisory (a worker whose CUDA context died fails its later tasks too):
-    # the timing below runs and checks every config again, in this process
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-        compile_errors = [e for e in pool.imap_unordered(_compile, tasks) if e]
-    print(f"compiled {len(tasks)} configs in {time.perf_counter() - start:.0f} s", flush=True)
+    failed = precompile(tasks, args.workers, args.compile_timeout)
     out: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "compile_errors": compile_errors,
+        "compile_errors": sorted(failed.values()),
         "rows": {},
     }
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=1)
     for name in names:
-        row = out["rows"][name] = sweep(name)
+        row = out["rows"][name] = sweep(name, {i for n, i in failed if n == name})
         best = sorted(row["ms"].items(), key=lambda kv: kv[1])[:3]
         print(f"{name}: cudnn {row['cudnn_ms']} ms; best " + ", ".join(f"{c} {ms}" for c, ms in best), flush=True)
         with open(args.json, "w") as f:
