@@ -5,12 +5,12 @@ the data that ranks ``flash.GPU_FORWARD`` and ``flash.GPU_BACKWARD``.
     python benchmarks/attention_tiles.py --json $OUT/attention_tiles_h200.json
     python benchmarks/attention_tiles.py --only bert_infer_8x512 --forward-only --json out.json
 
-Forward candidates are ``FORWARD_TILES``, each through pointers, through TMA, and through TMA
-warp-specialised (``ws``, 4-warp tiles only); backward candidates are ``BACKWARD_TILES`` after the
-space's first forward config. Each is timed as ``attention.py`` times a column (its kernels in a
-CUDA graph, over rotating inputs, against cuDNN in the same process) and checked against float64;
-a config that fails to compile or to match is listed in ``errors``. The kernels are compiled
-first in ``--workers`` processes (into Triton's cache), then timed one by one.
+Forward candidates are ``FORWARD_TILES``, each through pointers and through TMA; backward
+candidates are ``BACKWARD_TILES`` after the space's first forward config. Each is timed as
+``attention.py`` times a column (its kernels in a CUDA graph, over rotating inputs, against cuDNN
+in the same process) and checked against float64; a config that fails to compile or to match is
+listed in ``errors``. The kernels are compiled first in ``--workers`` processes (into Triton's
+cache), each config with a deadline, then timed one by one.
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ def candidates(name: str) -> list[Any]:
         fwd = (first.block_m, first.block_n, first.num_warps, first.num_stages)
         return [flash.FlashConfig(*fwd, *t, tma=first.tma) for t in BACKWARD_TILES]
     bwd = (first.bwd_block_m, first.bwd_block_n, first.bwd_num_warps, first.bwd_num_stages)
-    masked = bool(attention.SHAPES[name][8])  # a mask or bias: the ws forward would run its two loops
-    flags = {4: ((0, 0), (1, 0)) + (() if masked else ((1, 1),)), 8: ((0, 0), (1, 0))}  # ws: 4-warp tiles
-    return [flash.FlashConfig(*tile, *bwd, tma=t, ws=w) for tile in FORWARD_TILES for t, w in flags[tile[2]]]
+    return [flash.FlashConfig(*tile, *bwd, tma=t) for tile in FORWARD_TILES for t in (0, 1)]
 
 
 def _problem(name: str) -> tuple[Any, list[torch.Tensor]]:

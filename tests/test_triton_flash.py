@@ -54,7 +54,6 @@ CASES = (
     + r"""
 DTYPE = getattr(torch, "%s")
 SMALL, OBLONG = flash.INTERPRETER_CONFIGS
-WS = flash.FlashConfig(32, 16, 4, 1, 16, 32, 4, 1, tma=1, ws=1)  # one loop over every key block
 
 def heads(B, H, N, D, layout="contiguous"):
     if layout == "transposed":  # (B, N, H, D) read as (B, H, N, D)
@@ -129,12 +128,6 @@ cases = [
     ("negative_scale", (1, 2, 2, 20, 30, 16, 16), True, "padding", "contiguous", SMALL, -0.2),
     ("head_64", (1, 1, 1, 32, 32, 64, 64), True, None, "contiguous", OBLONG, None),
     ("head_128", (1, 1, 1, 32, 32, 128, 128), False, None, "contiguous", SMALL, None),
-    ("ws_even", (1, 2, 2, 32, 64, 32, 32), False, None, "contiguous", WS, None),
-    ("ws_causal_odd", (2, 2, 2, 37, 29, 16, 16), True, None, "transposed", WS, None),
-    ("ws_gqa_odd_keys", (1, 4, 2, 20, 45, 16, 16), False, None, "contiguous", WS, None),
-    ("ws_with_bias", (1, 2, 2, 24, 40, 16, 16), True, "relative", "contiguous", WS, None),
-    ("ws_causal_even", (1, 2, 2, 32, 32, 16, 16), True, None, "contiguous", WS, None),
-    ("ws_decode", (2, 4, 2, 1, 37, 16, 16), False, None, "contiguous", WS, None),
 ]
 
 rows = []
@@ -147,27 +140,14 @@ def counting_descriptor(*args):
     return _descriptor(*args)
 
 flash._descriptor = counting_descriptor
-ws_launches = 0
-_fwd_kernel = flash._fwd_kernel
-
-class RecordingForward:  # flash._fwd_kernel, counting the launches that warp-specialise (WS)
-    def __getitem__(self, grid):
-        launch = _fwd_kernel[grid]
-        def call(*args, **kwargs):
-            global ws_launches
-            ws_launches += bool(kwargs["WS"])
-            return launch(*args, **kwargs)
-        return call
-
-flash._fwd_kernel = RecordingForward()
 for name, (B, Hq, Hkv, L, S, D, Dv), causal, kind, layout, config, scale in cases:
     start = time.perf_counter()
     q, k, v = heads(B, Hq, L, D, layout), heads(B, Hkv, S, D, layout), heads(B, Hkv, S, Dv, layout)
     bias = bias_of(kind, B, Hq, L, S)
     scale = D ** -0.5 if scale is None else scale
-    before, ws_before = descriptors, ws_launches
+    before = descriptors
     out, lse = flash.forward(q, k, v, bias, causal, scale, config)
-    tma, ws = descriptors - before, ws_launches - ws_before
+    tma = descriptors - before
     dout = torch.randn_like(out)
     dq, dk, dv = flash.backward(dout, q, k, v, bias, out, lse, causal, scale, config)
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = reference(q, k, v, bias, causal, scale, dout)
@@ -189,7 +169,6 @@ for name, (B, Hq, Hkv, L, S, D, Dv), causal, kind, layout, config, scale in case
         "dtypes_right": all(t.dtype == DTYPE for t in got) and lse.dtype == torch.float32,
         "out_contiguous": out.is_contiguous(),
         "tma_reads": tma,
-        "ws": ws,
         "seconds": round(time.perf_counter() - start, 2),
     })
 print(json.dumps({"rows": rows}))
@@ -203,15 +182,11 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 41
+    assert len(rows) == 35
     # the TMA config reads through descriptors where the strides allow, through pointers elsewhere
     tma = {r["case"]: r["tma_reads"] for r in rows}
     assert tma["head_40"] == tma["transposed_bias"] == 3 and tma["head_40_pointers"] == 0
     assert tma["head_40_offset"] == tma["expanded"] == 0
-    assert tma["ws_even"] == tma["ws_causal_odd"] == tma["ws_with_bias"] == 3
-    # the ws config runs one warp-specialised loop where it reads through TMA with no bias
-    ws = {r["case"] for r in rows if r["ws"]}
-    assert ws == {"ws_even", "ws_causal_odd", "ws_gqa_odd_keys", "ws_causal_even", "ws_decode"}, ws
     wrong = [(r["case"], r["errors"]) for r in rows if not max(r["errors"].values()) < TOLERANCE[dtype]]
     assert not wrong, wrong
     assert all(r["finite"] and r["shapes_right"] and r["dtypes_right"] and r["out_contiguous"] for r in rows), rows
@@ -315,11 +290,7 @@ def test_a_config_round_trips_through_its_string_and_its_params():
     tma = FlashConfig(64, 128, 4, 2, 32, 64, 4, 3, tma=1)
     assert str(tma) == "64x128w4s2-32x64w4s3t"
     assert FlashConfig.from_str(str(tma)) == tma and FlashConfig.from_params(tma.params()) == tma
-    ws = FlashConfig(64, 128, 4, 2, 32, 64, 4, 3, tma=1, ws=1)
-    assert str(ws) == "64x128w4s2-32x64w4s3tws"
-    assert FlashConfig.from_str(str(ws)) == ws and FlashConfig.from_params(ws.params()) == ws
-    older = {k: v for k, v in config.params().items() if k not in ("tma", "ws")}
-    assert FlashConfig.from_params(older) == config  # specs stored before the flags
+    assert FlashConfig.from_params({k: v for k, v in config.params().items() if k != "tma"}) == config  # older specs
     for text in ("128x64w4s3", "128x64w4s3-32x128w8", "big"):
         with pytest.raises(ValueError, match="FlashConfig"):
             FlashConfig.from_str(text)
@@ -329,8 +300,6 @@ def test_a_config_round_trips_through_its_string_and_its_params():
         FlashConfig(128, 64, 4, 0, 32, 128, 8, 2)
     with pytest.raises(ValueError, match="tma"):
         FlashConfig(128, 64, 4, 3, 32, 128, 8, 2, tma=2)
-    with pytest.raises(ValueError, match="ws"):
-        FlashConfig(128, 64, 4, 3, 32, 128, 8, 2, ws=-1)
 
 
 @pytest.mark.parametrize("head_dim", [64, 80, 128, 256])

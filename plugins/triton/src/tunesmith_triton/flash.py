@@ -4,8 +4,7 @@ backward, with grouped-query heads, a causal mask, and a boolean or additive bia
 - ``_fwd_kernel``: one program per block of query rows of one query head. The Q tile is loaded
   once; K and V tiles stream through an online softmax in float32 (base 2: the scale is folded
   with log2(e)). Key blocks past the causal diagonal are skipped; the blocks wholly below it (and
-  wholly inside the keys) run without any mask, the rest with the causal and key-edge masks (a
-  warp-specialised forward runs them all in one loop, every block masked where any needs it).
+  wholly inside the keys) run without any mask, the rest with the causal and key-edge masks.
   It also stores each row's log-sum-exp (natural log) for the backward.
 - The backward is FA2's: ``_bwd_delta_kernel`` (delta = rowsum(dO * O)), ``_bwd_kv_kernel`` (one
   program per key block of one kv head, looping over the group's query heads, so dK and dV need no
@@ -91,16 +90,15 @@ def _fwd_blocks(
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks. With
-    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges). With WS,
-    the loop is warp-specialised (``tl.range``'s ``warp_specialize``)."""
+    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges)."""
     if not TMA:
         k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
         v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
     x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm  # the bias tile's pointers are made per block, only with a bias
-    for start in tl.range(lo, hi, BN, warp_specialize=WS):
+    for start in range(lo, hi, BN):
         cols = start + offs_n
         if TMA:
             k = tl.trans(k_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_D))
@@ -155,11 +153,9 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr, EDGE: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers.
-    With WS, one warp-specialised loop over every key block, masked where EDGE (Triton 3.6 fails
-    to specialise a kernel with a second loop)."""
+    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -193,20 +189,18 @@ def _fwd_kernel(
     else:
         hi = S
         lo = whole
-    # without WS, blocks [0, lo) unmasked, then [lo, hi) masked; with WS, one loop over [0, hi)
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, hi if WS else lo,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, EDGE if WS else False, CAUSAL, HAS_BIAS, BIAS_BOOL,
-        SCALE_FIRST, PRECISION, TMA, WS,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA,
     )  # fmt: skip
-    if not WS:
-        acc, l_i, m_i = _fwd_blocks(
-            acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-            s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-            HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-            PRECISION, TMA, False,
-        )  # fmt: skip
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA,
+    )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -458,7 +452,7 @@ def _bwd_q_kernel(
 
 # --------------------------------------------------------------------------------------- configs
 
-_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)(ws)?")
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)")
 
 
 def _pow2(n: int) -> bool:
@@ -473,9 +467,8 @@ class FlashConfig:
     in the dQ kernel) and ``bwd_block_m`` the block it streams (queries for dK/dV, keys for dQ):
     both kernels keep the larger tile and loop over the smaller one, as FA2 does. ``tma`` 1: the
     forward reads Q, K and V through TMA descriptors, on GPUs that have them (sm90 and later) and
-    where every stride allows (else it reads them as the pointer path does); ``ws`` 1: a forward
-    reading through TMA with no bias warp-specialises its loop.
-    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA, then ``ws``) and
+    where every stride allows (else it reads them as the pointer path does).
+    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA) and
     ``FlashConfig.from_str`` reads it back.
     """
 
@@ -488,7 +481,6 @@ class FlashConfig:
     bwd_num_warps: int
     bwd_num_stages: int
     tma: int = 0
-    ws: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -501,16 +493,14 @@ class FlashConfig:
         for name in ("num_stages", "bwd_num_stages"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
-        for name in ("tma", "ws"):
-            if getattr(self, name) not in (0, 1):
-                raise ValueError(f"FlashConfig.{name} must be 0 or 1, not {getattr(self, name)!r}")
+        if self.tma not in (0, 1):
+            raise ValueError(f"FlashConfig.tma must be 0 or 1, not {self.tma!r}")
 
     def __str__(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
             f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
             + ("t" if self.tma else "")
-            + ("ws" if self.ws else "")
         )
 
     @classmethod
@@ -519,8 +509,8 @@ class FlashConfig:
         match = _CONFIG_TEXT.fullmatch(text.strip())
         if match is None:
             raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
-        *sizes, tma, ws = match.groups()
-        return cls(*(int(g) for g in sizes), tma=int(tma == "t"), ws=int(ws == "ws"))
+        *sizes, tma = match.groups()
+        return cls(*(int(g) for g in sizes), tma=int(tma == "t"))
 
     def params(self) -> dict[str, int]:
         """The config as a ChoiceSpec's params."""
@@ -766,8 +756,6 @@ def forward(
         "ALIGN": _alignment(q, k, v),
     }
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
-    meta["WS"] = bool(config.ws) and meta["TMA"] and not has_bias
-    meta["EDGE"] = meta["WS"] and (bool(causal) or S % bn != 0)  # (only WS reads it: no twin compiles)
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
         block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
