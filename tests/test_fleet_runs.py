@@ -242,9 +242,10 @@ class Fleet:
         raise AssertionError(f"{why}: {said}")
 
     def events(self) -> Counter[tuple[int, str, str]]:
-        """(pid, problem shape, event) -> how many the fixture backend logged."""
-        lines = self.log.read_text().split("\n") if self.log.exists() else []
-        return Counter((int(pid), shape, event) for pid, shape, _, _, event in (ln.split() for ln in lines if ln))
+        """(pid, problem shape, event) -> how many the fixture backend logged: whole lines only (a
+        worker may be writing the last one as it is read)."""
+        lines = self.log.read_text().split("\n")[:-1] if self.log.exists() else []
+        return Counter((int(pid), shape, event) for pid, shape, _, _, event in (ln.split() for ln in lines))
 
     def tunings(self) -> dict[str, list[int]]:
         """Problem shape -> the pid of each whole tuning of it: benchmark runs of every choice (a
