@@ -74,18 +74,28 @@ def _kernel(problem: Any, config: Any) -> Any:
     return call
 
 
+def _said(exc: Exception) -> str:
+    """An error in one line: its type and its message's first line."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def _label(task: tuple[str, int]) -> str:
+    """A task as its errors name it: the shape and the config."""
+    name, index = task
+    return f"{name} {candidates(name)[index]}"
+
+
 def _compile(task: tuple[str, int]) -> str | None:
     """Run one config once (in a compile lane: its kernels land in Triton's cache); its error or None."""
     from tunesmith.ops import measured
 
     name, index = task
     problem, inputs = _problem(name)
-    config = candidates(name)[index]
     try:
-        measured(problem, _kernel(problem, config))(*inputs)
+        measured(problem, _kernel(problem, candidates(name)[index]))(*inputs)
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - reported, the sweep goes on
-        return f"{name} {config}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return f"{_label(task)}: {_said(exc)}"
     return None
 
 
@@ -134,10 +144,10 @@ def precompile(tasks: list[tuple[str, int]], workers: int, timeout_s: float) -> 
                     error = conn.recv()
                 except EOFError:
                     process.join(5)
-                    error = f"{task[0]} {candidates(task[0])[task[1]]}: its process died (exit code {process.exitcode})"
+                    error = f"{_label(task)}: its process died (exit code {process.exitcode})"
             elif time.monotonic() - sent > timeout_s:
                 process.kill()
-                error = f"{task[0]} {candidates(task[0])[task[1]]}: no answer in {timeout_s:.0f} s (killed)"
+                error = f"{_label(task)}: no answer in {timeout_s:.0f} s (killed)"
             else:
                 continue
             del busy[conn]
@@ -183,7 +193,7 @@ def sweep(name: str, failed: set[int]) -> dict[str, Any]:
                 raise ValueError(f"relative error {err:.3g} against float64 (tolerance {tol:g})")
             ms = round(attention.time_ms(call, sets), 5)
         except Exception as exc:  # noqa: BLE001 - a config that fails is reported, not fatal
-            row["errors"][label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            row["errors"][label] = _said(exc)
             continue
         if label == "cudnn":
             row["cudnn_ms"] = ms
