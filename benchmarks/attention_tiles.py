@@ -24,6 +24,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+import attrs
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,19 +42,24 @@ BACKWARD_TILES = (
 )  # fmt: skip
 
 
-def candidates(name: str) -> list[Any]:
-    """The FlashConfigs swept on one shape: forward ones for inference, backward ones for training."""
+def candidates(name: str, polys: tuple[int, ...] = (0,), space: bool = False) -> list[Any]:
+    """The FlashConfigs swept on one shape: forward ones for inference, backward ones for training
+    (with ``space``, the tuner's own configs for the shape instead), each with every ``polys``."""
     from tunesmith_triton import flash
 
     train = attention.SHAPES[name][-1]
     head = attention.SHAPES[name][6]
-    space = flash.configs(head, torch.bfloat16, train, "cuda")
-    first = space[0]
-    if train:
+    configs = flash.configs(head, torch.bfloat16, train, "cuda")
+    first = configs[0]
+    if space:
+        tiles = configs
+    elif train:
         fwd = (first.block_m, first.block_n, first.num_warps, first.num_stages)
-        return [flash.FlashConfig(*fwd, *t, tma=first.tma) for t in BACKWARD_TILES]
-    bwd = (first.bwd_block_m, first.bwd_block_n, first.bwd_num_warps, first.bwd_num_stages)
-    return [flash.FlashConfig(*tile, *bwd, tma=t) for tile in FORWARD_TILES for t in (0, 1)]
+        tiles = [flash.FlashConfig(*fwd, *t, tma=first.tma) for t in BACKWARD_TILES]
+    else:
+        bwd = (first.bwd_block_m, first.bwd_block_n, first.bwd_num_warps, first.bwd_num_stages)
+        tiles = [flash.FlashConfig(*tile, *bwd, tma=t) for tile in FORWARD_TILES for t in (0, 1)]
+    return [attrs.evolve(c, poly=p) for c in tiles for p in polys]
 
 
 def _problem(name: str) -> tuple[Any, list[torch.Tensor]]:
@@ -79,20 +85,20 @@ def _said(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
-def _label(task: tuple[str, int]) -> str:
+def _label(task: tuple[str, str]) -> str:
     """A task as its errors name it: the shape and the config."""
-    name, index = task
-    return f"{name} {candidates(name)[index]}"
+    return " ".join(task)
 
 
-def _compile(task: tuple[str, int]) -> str | None:
+def _compile(task: tuple[str, str]) -> str | None:
     """Run one config once (in a compile lane: its kernels land in Triton's cache); its error or None."""
     from tunesmith.ops import measured
+    from tunesmith_triton import flash
 
-    name, index = task
+    name, text = task
     problem, inputs = _problem(name)
     try:
-        measured(problem, _kernel(problem, candidates(name)[index]))(*inputs)
+        measured(problem, _kernel(problem, flash.FlashConfig.from_str(text)))(*inputs)
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - reported, the sweep goes on
         return f"{_label(task)}: {_said(exc)}"
@@ -109,13 +115,13 @@ def _compile_lane(conn: Connection) -> None:
             return
 
 
-def precompile(tasks: list[tuple[str, int]], workers: int, timeout_s: float) -> dict[tuple[str, int], str]:
+def precompile(tasks: list[tuple[str, str]], workers: int, timeout_s: float) -> dict[tuple[str, str], str]:
     """Run every task once in ``workers`` spawned processes, each task in a process of its own
     choosing; a task whose process dies (a compiler abort) or takes over ``timeout_s`` (a hang)
     fails alone. The failed tasks and why."""
     ctx = multiprocessing.get_context("spawn")
     todo, errors = list(reversed(tasks)), {}
-    busy: dict[Connection, tuple[Any, tuple[str, int], float]] = {}
+    busy: dict[Connection, tuple[Any, tuple[str, str], float]] = {}
     start, done = time.monotonic(), 0
 
     def lane() -> tuple[Connection, Any]:
@@ -171,9 +177,9 @@ def precompile(tasks: list[tuple[str, int]], workers: int, timeout_s: float) -> 
     return errors
 
 
-def sweep(name: str, failed: set[int]) -> dict[str, Any]:
-    """One shape: cuDNN's time and every candidate's (ms) but the ``failed`` ones (by index: they
-    may hang or abort this process), with the errors."""
+def sweep(name: str, configs: list[Any], failed: set[str]) -> dict[str, Any]:
+    """One shape: cuDNN's time and every one of ``configs``' (ms) but the ``failed`` ones (they may
+    hang or abort this process), with the errors."""
     from tunesmith.bench.timing import rotating_inputs
     from tunesmith.ops import measured, reference, relative_error, tolerance
     from tunesmith_aten.attention import sdpa
@@ -183,7 +189,7 @@ def sweep(name: str, failed: set[int]) -> dict[str, Any]:
     ref, tol = reference(problem, inputs), tolerance(problem)
     row: dict[str, Any] = {"cudnn_ms": None, "ms": {}, "errors": {}}
     columns = [("cudnn", sdpa("cudnn", problem))] + [
-        (str(c), _kernel(problem, c)) for i, c in enumerate(candidates(name)) if i not in failed
+        (str(c), _kernel(problem, c)) for c in configs if str(c) not in failed
     ]
     for label, kernel in columns:
         call = measured(problem, kernel)
@@ -206,6 +212,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--forward-only", action="store_true", help="only the inference shapes")
+    parser.add_argument("--poly", default="0", help="comma-separated FlashConfig.poly values, each swept")
+    parser.add_argument("--space", action="store_true", help="the tuner's configs for each shape, not the tiles")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
     parser.add_argument("--compile-timeout", type=float, default=240.0, help="seconds a config may compile")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "attention_tiles.json"))
@@ -224,7 +232,9 @@ def main() -> None:
         json.dump({}, f)
     import triton
 
-    tasks = [(n, i) for n in names for i in range(len(candidates(n)))]
+    polys = tuple(int(p) for p in args.poly.split(",") if p)
+    swept = {n: candidates(n, polys, args.space) for n in names}
+    tasks = [(n, str(c)) for n in names for c in swept[n]]
     failed = precompile(tasks, args.workers, args.compile_timeout)
     out: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
@@ -236,7 +246,7 @@ def main() -> None:
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
     for name in names:
-        row = out["rows"][name] = sweep(name, {i for n, i in failed if n == name})
+        row = out["rows"][name] = sweep(name, swept[name], {t for n, t in failed if n == name})
         best = sorted(row["ms"].items(), key=lambda kv: kv[1])[:3]
         print(f"{name}: cudnn {row['cudnn_ms']} ms; best " + ", ".join(f"{c} {ms}" for c, ms in best), flush=True)
         with open(args.json, "w") as f:
