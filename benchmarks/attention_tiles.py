@@ -9,7 +9,8 @@ Forward candidates are ``FORWARD_TILES``, each through pointers and through TMA;
 candidates are ``BACKWARD_TILES`` after the space's first forward config. Each is timed as
 ``attention.py`` times a column (its kernels in a CUDA graph, over rotating inputs, against cuDNN
 in the same process) and checked against float64; a config that fails to compile or to match is
-listed in ``errors``. The kernels are compiled first in ``--workers`` processes (into Triton's
+listed in ``errors``. ``--space`` sweeps the tuner's own configs for each shape instead (what
+``tunesmith.tune`` would choose from). The kernels are compiled first in ``--workers`` processes (into Triton's
 cache), each config with a deadline, then timed one by one.
 """
 
@@ -24,7 +25,6 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-import attrs
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,9 +42,9 @@ BACKWARD_TILES = (
 )  # fmt: skip
 
 
-def candidates(name: str, polys: tuple[int, ...] = (0,), space: bool = False) -> list[Any]:
+def candidates(name: str, space: bool = False) -> list[Any]:
     """The FlashConfigs swept on one shape: forward ones for inference, backward ones for training
-    (with ``space``, the tuner's own configs for the shape instead), each with every ``polys``."""
+    (with ``space``, the tuner's own configs for the shape instead)."""
     from tunesmith_triton import flash
 
     train = attention.SHAPES[name][-1]
@@ -52,14 +52,12 @@ def candidates(name: str, polys: tuple[int, ...] = (0,), space: bool = False) ->
     configs = flash.configs(head, torch.bfloat16, train, "cuda")
     first = configs[0]
     if space:
-        tiles = configs
-    elif train:
+        return configs
+    if train:
         fwd = (first.block_m, first.block_n, first.num_warps, first.num_stages)
-        tiles = [flash.FlashConfig(*fwd, *t, tma=first.tma) for t in BACKWARD_TILES]
-    else:
-        bwd = (first.bwd_block_m, first.bwd_block_n, first.bwd_num_warps, first.bwd_num_stages)
-        tiles = [flash.FlashConfig(*tile, *bwd, tma=t) for tile in FORWARD_TILES for t in (0, 1)]
-    return [attrs.evolve(c, poly=p) for c in tiles for p in polys]
+        return [flash.FlashConfig(*fwd, *t, tma=first.tma) for t in BACKWARD_TILES]
+    bwd = (first.bwd_block_m, first.bwd_block_n, first.bwd_num_warps, first.bwd_num_stages)
+    return [flash.FlashConfig(*tile, *bwd, tma=t) for tile in FORWARD_TILES for t in (0, 1)]
 
 
 def _problem(name: str) -> tuple[Any, list[torch.Tensor]]:
@@ -92,8 +90,9 @@ def _label(task: tuple[str, str]) -> str:
 
 def _compile(task: tuple[str, str]) -> str | None:
     """Run one config once (in a compile lane: its kernels land in Triton's cache); its error or None."""
-    from tunesmith.ops import measured
     from tunesmith_triton import flash
+
+    from tunesmith.ops import measured
 
     name, text = task
     problem, inputs = _problem(name)
@@ -212,7 +211,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--forward-only", action="store_true", help="only the inference shapes")
-    parser.add_argument("--poly", default="0", help="comma-separated FlashConfig.poly values, each swept")
     parser.add_argument("--space", action="store_true", help="the tuner's configs for each shape, not the tiles")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="compile processes")
     parser.add_argument("--compile-timeout", type=float, default=240.0, help="seconds a config may compile")
@@ -232,8 +230,7 @@ def main() -> None:
         json.dump({}, f)
     import triton
 
-    polys = tuple(int(p) for p in args.poly.split(",") if p)
-    swept = {n: candidates(n, polys, args.space) for n in names}
+    swept = {n: candidates(n, args.space) for n in names}
     tasks = [(n, str(c)) for n in names for c in swept[n]]
     failed = precompile(tasks, args.workers, args.compile_timeout)
     out: dict[str, Any] = {

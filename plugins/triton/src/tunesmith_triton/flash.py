@@ -49,50 +49,6 @@ def _interpreting() -> bool:
 
 # --------------------------------------------------------------------------------------- kernels
 
-#: 2**r on [-0.5, 0.5] as 1 + r (C1 + r (C2 + r C3)), relative error 1e-4 (bf16 rounds at 2e-3),
-#: fitted for this module; PTX hex floats
-POLY_COEFFS = ("0f3F317AFD", "0f3E78061A", "0f3D6150EE")
-
-
-def _poly_ptx(out: str, x: str) -> str:
-    """PTX for ``out = 2**x`` on the FMA units: n = round(x) by the 1.5 * 2**23 trick (its low
-    bits then hold n), 2**(x - n) by the polynomial, n added to the exponent bits. x is clamped
-    at -125 (2**-125, not 0, for smaller x: callers pass no -inf)."""
-    c1, c2, c3 = POLY_COEFFS
-    return (
-        "{ .reg .f32 t, j, r, p; .reg .b32 jb, pb; "
-        f"max.f32 t, {x}, 0fC2FA0000; add.f32 j, t, 0f4B400000; sub.f32 r, j, 0f4B400000; sub.f32 r, t, r; "
-        f"fma.rn.f32 p, r, {c3}, {c2}; fma.rn.f32 p, p, r, {c1}; fma.rn.f32 p, p, r, 0f3F800000; "
-        f"mov.b32 jb, j; mov.b32 pb, p; shl.b32 jb, jb, 23; add.s32 pb, pb, jb; mov.b32 {out}, pb; }}"
-    )
-
-
-def _mixed_exp2_ptx(pack: int) -> str:
-    """PTX for ``pack`` exp2s: the last by the polynomial, the others on the MUFU."""
-    lines = [f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1)]
-    return " ".join([*lines, _poly_ptx(f"${pack - 1}", f"${2 * pack - 1}")])
-
-
-_EXP2_POLY1: tl.constexpr = tl.constexpr(_mixed_exp2_ptx(1))
-_EXP2_POLY2: tl.constexpr = tl.constexpr(_mixed_exp2_ptx(2))
-_EXP2_POLY4: tl.constexpr = tl.constexpr(_mixed_exp2_ptx(4))
-
-
-@triton.jit
-def _exp2(x, POLY: tl.constexpr):
-    """exp2(x) with, for POLY n > 0, one in every n computed by a polynomial on the FMA units
-    rather than the MUFU (whose 16 results a clock bound the softmax of narrow heads)."""
-    if POLY == 1:
-        y = tl.inline_asm_elementwise(_EXP2_POLY1, "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
-    elif POLY == 2:
-        y = tl.inline_asm_elementwise(_EXP2_POLY2, "=f,=f,f,f", [x], dtype=tl.float32, is_pure=True, pack=2)
-    elif POLY == 4:
-        y = tl.inline_asm_elementwise(_EXP2_POLY4, "=f,=f,=f,=f,f,f,f,f", [x], dtype=tl.float32, is_pure=True, pack=4)
-    else:
-        y = tl.exp2(x)
-    return y
-
-
 
 @triton.jit
 def _load2(ptrs, r, R, c, C, MASK_R: tl.constexpr, MASK_C: tl.constexpr):
@@ -134,7 +90,7 @@ def _fwd_blocks(
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr, POLY: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks. With
     TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges)."""
@@ -163,7 +119,7 @@ def _fwd_blocks(
             m_use = m_new
             if HAS_BIAS:  # a row masked so far: subtract 0, not -inf (no NaN)
                 m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = _exp2(s - m_use[:, None], POLY)
+            p = tl.exp2(s - m_use[:, None])
         else:  # mask the raw scores; the scale goes into one multiply-add with the row max
             if HAS_BIAS:  # (a boolean mask: an additive bias scales first)
                 x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
@@ -174,7 +130,7 @@ def _fwd_blocks(
             m_use = m_new
             if HAS_BIAS:
                 m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = _exp2(qk * qk_scale - m_use[:, None], POLY)
+            p = tl.exp2(qk * qk_scale - m_use[:, None])
         alpha = tl.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         if TMA:
@@ -197,7 +153,7 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, POLY: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
@@ -237,13 +193,13 @@ def _fwd_kernel(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, POLY,
+        PRECISION, TMA,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, POLY,
+        PRECISION, TMA,
     )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
@@ -287,7 +243,7 @@ def _bwd_kv_blocks(
     s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, hi,
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr,
     MASK_M: tl.constexpr, MASK_CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    PRECISION: tl.constexpr, POLY: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of one key block from query blocks [lo, hi), transposed ([keys, queries]) so that
     no accumulator is transposed. With MASK_M, rows past L read lse = +inf (P = 0 there)."""
@@ -322,7 +278,7 @@ def _bwd_kv_blocks(
             else:
                 pT = tl.exp2(qkT * qk_scale + xT.to(tl.float32) * 1.4426950408889634 - lse2[None, :])
         else:
-            pT = _exp2(qkT * qk_scale - lse2[None, :], POLY)
+            pT = tl.exp2(qkT * qk_scale - lse2[None, :])
         if MASK_CAUSAL:
             pT = tl.where(rows[None, :] >= offs_n[:, None], pT, 0.0)
         dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)
@@ -340,7 +296,7 @@ def _bwd_kv_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, POLY: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
@@ -381,17 +337,17 @@ def _bwd_kv_kernel(
             dk, dv = _bwd_kv_blocks(
                 dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
                 s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, tl.minimum(full, L),
-                HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION, POLY,
+                HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
             )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
             s_qm, s_dom, s_xm, s_xn, L, qk_scale, full, whole,
-            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION, POLY,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
             s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, whole), L,
-            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION, POLY,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
     row0 = bkv.to(tl.int64) * S
     inside = offs_n[:, None] < S
@@ -407,7 +363,7 @@ def _bwd_q_blocks(
     s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    PRECISION: tl.constexpr, POLY: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query block from key blocks [lo, hi): with MASK, the key-edge and causal masks."""
     k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
@@ -425,7 +381,7 @@ def _bwd_q_blocks(
             else:
                 p = tl.exp2(qk * qk_scale + x.to(tl.float32) * 1.4426950408889634 - lse2[:, None])
         else:
-            p = _exp2(qk * qk_scale - lse2[:, None], POLY)
+            p = tl.exp2(qk * qk_scale - lse2[:, None])
         if MASK:
             p = tl.where(_keep(offs_m, cols, S, CAUSAL), p, 0.0)
         dp = tl.dot(do, vT, input_precision=PRECISION)
@@ -444,7 +400,7 @@ def _bwd_q_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, POLY: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
@@ -483,12 +439,12 @@ def _bwd_q_kernel(
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
-        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION, POLY,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
-        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION, POLY,
+        HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
     dq_ptrs = dq_ptr + (row0 + offs_m)[:, None] * HEAD_D + offs_d[None, :]
     tl.store(dq_ptrs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_d[None, :] < HEAD_D))
@@ -496,9 +452,7 @@ def _bwd_q_kernel(
 
 # --------------------------------------------------------------------------------------- configs
 
-#: FlashConfig.poly's values: one exp2 in every ``poly`` by the polynomial (0: none)
-POLY_CHOICES = (0, 1, 2, 4)
-_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)(?:p(\d+))?")
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)")
 
 
 def _pow2(n: int) -> bool:
@@ -527,7 +481,6 @@ class FlashConfig:
     bwd_num_warps: int
     bwd_num_stages: int
     tma: int = 0
-    poly: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -542,15 +495,12 @@ class FlashConfig:
                 raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
         if self.tma not in (0, 1):
             raise ValueError(f"FlashConfig.tma must be 0 or 1, not {self.tma!r}")
-        if self.poly not in POLY_CHOICES:
-            raise ValueError(f"FlashConfig.poly must be one of {POLY_CHOICES}, not {self.poly!r}")
 
     def __str__(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
             f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
             + ("t" if self.tma else "")
-            + (f"p{self.poly}" if self.poly else "")
         )
 
     @classmethod
@@ -559,8 +509,8 @@ class FlashConfig:
         match = _CONFIG_TEXT.fullmatch(text.strip())
         if match is None:
             raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
-        *sizes, tma, poly = match.groups()
-        return cls(*(int(g) for g in sizes), tma=int(tma == "t"), poly=int(poly or 0))
+        *sizes, tma = match.groups()
+        return cls(*(int(g) for g in sizes), tma=int(tma == "t"))
 
     def params(self) -> dict[str, int]:
         """The config as a ChoiceSpec's params."""
@@ -665,12 +615,6 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str, tm
 
 
 # ------------------------------------------------------------------------------------- launchers
-
-
-def _poly(config: FlashConfig, has_bias: bool) -> int:
-    """The kernels' POLY: the config's, but 0 with a mask or bias (whose -inf must give exact
-    zeros) and in the interpreter (which runs no PTX)."""
-    return 0 if has_bias or _interpreting() else config.poly
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -812,7 +756,6 @@ def forward(
         "ALIGN": _alignment(q, k, v),
     }
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
-    meta["POLY"] = _poly(config, has_bias)
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
         block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
@@ -856,7 +799,6 @@ def backward(
         "BIAS_BOOL": is_bool,
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v, dout),
-        "POLY": _poly(config, has_bias),
     }
     launch = {"num_warps": config.bwd_num_warps, "num_stages": config.bwd_num_stages}
     streamed, kept = config.bwd_block_m, config.bwd_block_n
