@@ -84,113 +84,64 @@ def _aligned(stride, ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _fwd_k(k_base, b, kvh, start, offs_n, offs_d, s_kn, S,
-           HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, BN: tl.constexpr,
-           MASK: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
-    """K's block of keys from ``start``, transposed ([head dim, keys])."""
-    if TMA:
-        k = tl.trans(k_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_D))
-    else:
-        cols = start + offs_n
-        k = _load2(k_base + cols.to(tl.int64)[None, :] * s_kn + offs_d[:, None], offs_d, HEAD_D, cols, S, PAD_D, MASK)
-    return k
-
-
-@triton.jit
-def _fwd_v(v_base, b, kvh, start, offs_n, offs_dv, s_vn, S,
-           HEAD_DV: tl.constexpr, BLOCK_DV: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
-           MASK: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
-    """V's block of keys from ``start`` ([keys, head dim])."""
-    if TMA:
-        v = v_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_DV)
-    else:
-        cols = start + offs_n
-        v = _load2(
-            v_base + cols.to(tl.int64)[:, None] * s_vn + offs_dv[None, :], cols, S, offs_dv, HEAD_DV, MASK, PAD_DV
-        )
-    return v
-
-
-@triton.jit
-def _fwd_softmax(
-    l_i, m_i, qk, cols, offs_m, x_rows, s_xn, S, qk_scale,
-    MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr,
-):  # fmt: skip
-    """One key block of the online softmax from its raw scores ``qk``: (p, alpha, l_i, m_i)."""
-    if SCALE_FIRST:  # an additive bias (or a scale <= 0): scale, add, then mask
-        s = qk * qk_scale
-        if HAS_BIAS:
-            x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, offs_m, 0, cols, S, False, MASK)
-            if BIAS_BOOL:
-                s = tl.where(x != 0, s, float("-inf"))
-            else:
-                s += x.to(tl.float32) * 1.4426950408889634
-        if MASK:
-            s = tl.where(_keep(offs_m, cols, S, CAUSAL), s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = m_new
-        if HAS_BIAS:  # a row masked so far: subtract 0, not -inf (no NaN)
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_use[:, None])
-    else:  # mask the raw scores; the scale goes into one multiply-add with the row max
-        if HAS_BIAS:  # (a boolean mask: an additive bias scales first)
-            x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, offs_m, 0, cols, S, False, MASK)
-            qk = tl.where(x != 0, qk, float("-inf"))
-        if MASK:
-            qk = tl.where(_keep(offs_m, cols, S, CAUSAL), qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        m_use = m_new
-        if HAS_BIAS:
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk * qk_scale - m_use[:, None])
-    alpha = tl.exp2(m_i - m_use)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    return p, alpha, l_i, m_new
-
-
-@triton.jit
 def _fwd_blocks(
     acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
     s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr, PIPE: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks. With
-    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges). With PIPE,
-    the next block's scores are issued before this block's softmax, so the tensor cores compute
-    them while it runs."""
+    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges)."""
+    if not TMA:
+        k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
+        v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
     x_rows = x_base + rows.to(tl.int64)[:, None] * s_xm  # the bias tile's pointers are made per block, only with a bias
-    if PIPE:
-        if lo < hi:
-            k = _fwd_k(k_base, b, kvh, lo, offs_n, offs_d, s_kn, S, HEAD_D, BLOCK_D, PAD_D, BN, MASK, TMA)
-            qk = tl.dot(q, k, input_precision=PRECISION)
-            for start in range(lo, hi - BN, BN):
-                k = _fwd_k(k_base, b, kvh, start + BN, offs_n, offs_d, s_kn, S, HEAD_D, BLOCK_D, PAD_D, BN, MASK, TMA)
-                qk_next = tl.dot(q, k, input_precision=PRECISION)
-                p, alpha, l_i, m_i = _fwd_softmax(
-                    l_i, m_i, qk, start + offs_n, offs_m, x_rows, s_xn, S, qk_scale, MASK, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST
-                )  # fmt: skip
-                v = _fwd_v(v_base, b, kvh, start, offs_n, offs_dv, s_vn, S, HEAD_DV, BLOCK_DV, PAD_DV, BN, MASK, TMA)
-                acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
-                qk = qk_next
-            last = lo + ((hi - lo - 1) // BN) * BN
-            p, alpha, l_i, m_i = _fwd_softmax(
-                l_i, m_i, qk, last + offs_n, offs_m, x_rows, s_xn, S, qk_scale, MASK, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST
-            )  # fmt: skip
-            v = _fwd_v(v_base, b, kvh, last, offs_n, offs_dv, s_vn, S, HEAD_DV, BLOCK_DV, PAD_DV, BN, MASK, TMA)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
-    else:
-        for start in range(lo, hi, BN):
-            k = _fwd_k(k_base, b, kvh, start, offs_n, offs_d, s_kn, S, HEAD_D, BLOCK_D, PAD_D, BN, MASK, TMA)
-            qk = tl.dot(q, k, input_precision=PRECISION)
-            p, alpha, l_i, m_i = _fwd_softmax(
-                l_i, m_i, qk, start + offs_n, offs_m, x_rows, s_xn, S, qk_scale, MASK, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST
-            )  # fmt: skip
-            v = _fwd_v(v_base, b, kvh, start, offs_n, offs_dv, s_vn, S, HEAD_DV, BLOCK_DV, PAD_DV, BN, MASK, TMA)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+    for start in range(lo, hi, BN):
+        cols = start + offs_n
+        if TMA:
+            k = tl.trans(k_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_D))
+        else:
+            k = _load2(k_ptrs, offs_d, HEAD_D, cols, S, PAD_D, MASK)
+        qk = tl.dot(q, k, input_precision=PRECISION)
+        if SCALE_FIRST:  # an additive bias (or a scale <= 0): scale, add, then mask
+            s = qk * qk_scale
+            if HAS_BIAS:
+                x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
+                if BIAS_BOOL:
+                    s = tl.where(x != 0, s, float("-inf"))
+                else:
+                    s += x.to(tl.float32) * 1.4426950408889634
+            if MASK:
+                s = tl.where(_keep(offs_m, cols, S, CAUSAL), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+            if HAS_BIAS:  # a row masked so far: subtract 0, not -inf (no NaN)
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_use[:, None])
+        else:  # mask the raw scores; the scale goes into one multiply-add with the row max
+            if HAS_BIAS:  # (a boolean mask: an additive bias scales first)
+                x = _load2(x_rows + cols.to(tl.int64)[None, :] * s_xn, rows, 0, cols, S, False, MASK)
+                qk = tl.where(x != 0, qk, float("-inf"))
+            if MASK:
+                qk = tl.where(_keep(offs_m, cols, S, CAUSAL), qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_use = m_new
+            if HAS_BIAS:
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(qk * qk_scale - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if TMA:
+            v = v_base.load([b, kvh, start, 0]).reshape(BN, BLOCK_DV)
+        else:
+            v = _load2(v_ptrs, cols, S, offs_dv, HEAD_DV, MASK, PAD_DV)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_new
+        if not TMA:
+            k_ptrs += BN * s_kn
+            v_ptrs += BN * s_vn
     return acc, l_i, m_i
 
 
@@ -202,7 +153,7 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, PIPE: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
@@ -242,13 +193,13 @@ def _fwd_kernel(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, PIPE,
+        PRECISION, TMA,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, PIPE,
+        PRECISION, TMA,
     )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
@@ -805,7 +756,6 @@ def forward(
         "ALIGN": _alignment(q, k, v),
     }
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
-    meta["PIPE"] = os.environ.get("TUNESMITH_FLASH_PIPE", "0") == "1"  # experiment
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
         block_d, block_dv = meta["BLOCK_D"], meta["BLOCK_DV"]
