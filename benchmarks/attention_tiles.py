@@ -10,8 +10,8 @@ candidates are ``BACKWARD_TILES`` after the space's first forward config. Each i
 ``attention.py`` times a column (its kernels in a CUDA graph, over rotating inputs, against cuDNN
 in the same process) and checked against float64; a config that fails to compile or to match is
 listed in ``errors``. ``--space`` sweeps the tuner's own configs for each shape instead (what
-``tunesmith.tune`` would choose from). The kernels are compiled first in ``--workers`` processes (into Triton's
-cache), each config with a deadline, then timed one by one.
+``tunesmith.tune`` would choose from). The kernels are compiled first in ``--workers`` processes
+(into Triton's cache), each config with a deadline, then timed one by one.
 """
 
 from __future__ import annotations
