@@ -110,6 +110,7 @@ def test_a_backend_whose_only_choice_raises_is_reported(fixture_sites):
         ("fixture_unwritten", r"fixture_unwritten:mm on mm \(17, 18\).*: relative error inf > tolerance 1e-05"),
         ("fixture_badrebuild", r"fixture_badrebuild:mm rebuilt from its JSON on .*rebuild_choice raised KeyError"),
         ("fixture_badchoices", r"mm \(17, 18\).*: tunesmith_choices raised RuntimeError: choice table corrupt"),
+        ("fixture_once", r"fixture_once:mm on mm \(17, 18\).*: ran, yet the benchmarker timed it as infinite \(run: "),
     ],
 )
 def test_subtler_backend_faults_are_caught(fixture_sites, plugin, expected):

@@ -26,8 +26,8 @@ from tunesmith.problem import build_problem
 from tunesmith.selection import describe
 from tunesmith_hookspecs import Choice, ChoiceSpec, Problem, SerdeError, from_json, to_json
 
-#: what ``on_choice`` is told before the benchmarker runs every choice at once
-BENCHMARKING = "(the benchmarker, timing every choice)"
+#: what ``on_choice`` is told before the benchmarker times the choices that raised and one that ran
+BENCHMARKING = "(the benchmarker, timing the choices)"
 QUARANTINED = "not run: it crashed or hung a worker process on earlier cases"
 
 
@@ -95,16 +95,19 @@ def check_case(
     if not choices:
         return {**result, "no_choices": "offered no choices for this problem"}
     ref, tol = reference(problem, inputs), tolerance(problem)
-    rows, runnable = [], []
+    rows, ran, raised = [], [], []
     for choice in choices:
         spec = choice.spec
         row: dict[str, Any] = {"spec": str(spec), "spec_key": spec.key(), "tolerance": tol, "roundtrip": True}
         if str(spec) in quarantine:
             rows.append({**row, "error": QUARANTINED, "raised": True, "timed": "inf"})
             continue
-        runnable.append(choice)
         on_choice(str(spec))
         row |= _run(choice, problem, inputs, ref)
+        if row.get("raised"):
+            raised.append(choice)
+        elif "error" not in row:
+            ran.append(choice)
         try:
             again = from_json(to_json(spec), ChoiceSpec)
             row["roundtrip"] = again == spec
@@ -117,10 +120,13 @@ def check_case(
                 row["rebuild_error"] = outcome.get("error") or f"relative error {outcome['rel_error']:.4g} > {tol:g}"
         rows.append(row)
     on_choice(BENCHMARKING)
-    timed = {str(t.spec): t.ok for t in InprocessBenchmarker(options).benchmark(problem, runnable, inputs)}
+    timed = {str(t.spec): t for t in InprocessBenchmarker(options).benchmark(problem, ran[:1] + raised, inputs)}
     for row in rows:
         if row["spec"] in timed:
-            row["timed"] = "finite" if timed[row["spec"]] else "inf"
+            timing = timed[row["spec"]]
+            row["timed"] = "finite" if timing.ok else "inf"
+            if timing.error and "error" not in row:
+                row["timed_error"] = timing.error
     return {**result, "choices": rows}
 
 
@@ -152,6 +158,9 @@ def failures(result: dict[str, Any]) -> list[str]:
             lines.append(
                 f"{spec} on {where}: relative error {err:.4g} > tolerance {tol:g} ({how}; vs the float64 reference)"
             )
+        if "error" not in row and row.get("timed") == "inf":
+            why = row.get("timed_error", "no error given")
+            lines.append(f"{spec} on {where}: ran, yet the benchmarker timed it as infinite ({why})")
         if not row["roundtrip"]:
             lines.append(f"{spec}: does not round-trip through JSON ({row.get('roundtrip_error', 'unequal')})")
         if "rebuild_error" in row:

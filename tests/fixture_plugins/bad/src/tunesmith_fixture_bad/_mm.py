@@ -14,16 +14,16 @@ class MatmulChoice:
         return self.fn
 
 
-def backend(name, fn, dtypes=None):
+def backend(name, fn, dtypes=None, choice=MatmulChoice):
     """(choices, rebuild, status) hookimpl bodies for a backend offering ``fn`` for plain mm."""
 
     def choices(problem, options):
         if problem.op != "mm" or problem.epilogue:
             return []
-        return [MatmulChoice(ChoiceSpec(name, "mm"), problem, fn)]
+        return [choice(ChoiceSpec(name, "mm"), problem, fn)]
 
     def rebuild(spec, problem):
-        return MatmulChoice(spec, problem, fn) if spec.backend == name else None
+        return choice(spec, problem, fn) if spec.backend == name else None
 
     def status():
         return PluginStatus(True, ops=["mm"], dtypes=dtypes)
