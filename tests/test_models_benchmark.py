@@ -10,25 +10,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import run_env
 
 MODELS_PY = Path(__file__).resolve().parents[1] / "benchmarks" / "models.py"
 
 
+@pytest.mark.timeout(600)  # eight processes that each import torch and compile: 90 s alone, over 300 s on busy cores
 def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     result = tmp_path / "models.json"
     command = [sys.executable, str(MODELS_PY), "--device", "cpu", "--small", "--models", "mlp_decode"]
-    command += ["--variants", "eager,tunesmith", "--warm", "tunesmith", "--processes", "3"]
+    command += ["--variants", "eager,tunesmith", "--warm", "tunesmith", "--processes", "2"]
     samples = tmp_path / "samples"
     command += ["--retime", "tunesmith", "--first-step-samples", str(samples), "--json", str(result)]
     proc = subprocess.run(command, capture_output=True, text=True, env=run_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     body = json.loads(result.read_text())
-    assert body["processes"] == 3 and "medians over 3 processes" in body["timing"]
+    assert body["processes"] == 2 and "medians over 2 processes" in body["timing"]
     rows = {r["variant"]: r for r in body["rows"]}
     assert set(rows) == {"eager", "tunesmith"} and not any("error" in r for r in rows.values())
     mine = rows["tunesmith"]
-    assert len(mine["step_ms_processes"]) == 3 and "retime_errors" not in mine
+    assert len(mine["step_ms_processes"]) == 2 and "retime_errors" not in mine
     assert mine["step_ms"] == round(statistics.median(mine["step_ms_processes"]), 4)
     assert mine["out_rel_err"] < 2e-2 and mine["warm_first_step_s"] > 0  # bfloat16 against eager
     for gc_key in ("first_step_gc", "warm_first_step_gc"):  # the step's own collections, by generation
@@ -39,7 +42,7 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     fastest = mine["fastest"]  # every Problem tuned in the first process: its three fastest, best first
     assert fastest and all(0 < len(top) <= 3 for top in fastest.values())
     assert all([us for _, us, _ in top] == sorted(us for _, us, _ in top) for top in fastest.values())
-    for key, count in (("first_step_s", 3), ("warm_first_step_s", 5)):  # --warm's: cold and warm first steps
+    for key, count in (("first_step_s", 2), ("warm_first_step_s", 3)):  # --warm's: cold and warm first steps
         assert len(mine[f"{key}_processes"]) == count
         assert mine[key] == round(statistics.median(mine[f"{key}_processes"]), 3)
     assert min(mine["first_step_s_processes"]) > max(mine["warm_first_step_s_processes"])  # fresh caches
@@ -54,6 +57,6 @@ def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     assert "step_ms_processes" not in rows["eager"]  # not in --retime: one process
     resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=run_env(), timeout=600)
     assert resumed.returncode == 0 and json.loads(result.read_text())["rows"] == body["rows"]  # nothing left to run
-    other = [*command[:-2], "--processes", "2", "--json", str(result), "--resume"]
+    other = [*command[:-2], "--processes", "3", "--json", str(result), "--resume"]
     refused = subprocess.run(other, capture_output=True, text=True, env=run_env(), timeout=600)
-    assert refused.returncode != 0 and "processes 3 (now 2)" in refused.stderr
+    assert refused.returncode != 0 and "processes 2 (now 3)" in refused.stderr
