@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -98,14 +99,20 @@ def run_interpreted(script: str) -> dict:
 
 @pytest.fixture(scope="session")
 def fixture_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each fixture plugin installed with pip into a folder of its own (built once per session;
-    one pytest-xdist worker at a time, as pip builds in the plugin's source folder)."""
+    """Each fixture plugin installed with pip into a folder of its own, once per test run: the
+    first pytest-xdist worker to ask installs them (pip builds in the plugin's source folder, so
+    one at a time), the others find them; tests only read these folders."""
+    shared = alone.session_folder(tmp_path_factory)
     sites = {}
-    lock = tmp_path_factory.getbasetemp().parent / "fixture-plugins.lock"
-    with lock.open("w") as held:
+    with (shared / "fixture-plugins.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         for name in ("ext", "broken", "raising", "bad", "bench"):
-            sites[name] = _pip_install(FIXTURE_PLUGINS / name, tmp_path_factory.mktemp(f"site-{name}"))
+            site, done = shared / f"fixture-site-{name}", shared / f"fixture-site-{name}.done"
+            if not done.exists():
+                shutil.rmtree(site, ignore_errors=True)
+                _pip_install(FIXTURE_PLUGINS / name, site)
+                done.touch()
+            sites[name] = site
     return sites
 
 
