@@ -43,6 +43,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{alone.MARKER}: runs while no other test of the session runs (tests/alone.py)")
+    # One compute thread a process (unless set), here and in every worker and subprocess the tests
+    # start: their tensors are small, and on 2 cores shared by several processes torch's idle
+    # threads spin (the suite took 517 s with torch's default, 395 s with one; docs/decisions.md)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

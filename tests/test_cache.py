@@ -157,11 +157,12 @@ def test_key_covers_problem_device_backends_and_spec_version():
     assert base != selection_key(half, cpu, [("aten", "0.1.0")])
     assert base != selection_key(problem, cpu, [("aten", "0.2.0")])
     assert base != selection_key(problem, cpu, [("aten", "0.1.0"), ("triton", "3.6")])
-    torch.set_num_threads(max(1, torch.get_num_threads() - 1) if torch.get_num_threads() > 1 else 2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads - 1 if threads > 1 else 2)
     try:
         assert base != selection_key(problem, cpu, [("aten", "0.1.0")])
     finally:
-        torch.set_num_threads(torch.get_num_threads())
+        torch.set_num_threads(threads)
 
 
 class FlakyLayer:
