@@ -47,7 +47,7 @@ def test_aten_passes_the_whole_suite():
 
 
 #: the Triton suite in float32, in three parts that pytest-xdist workers run side by side (about
-#: 160 s of one core in all): -k's words, and the cases each part passes at least
+#: 45 s of one core in all, torch on one thread): -k's words, and the cases each part passes at least
 TRITON_PARTS = {
     "mm-addmm-mm_plus_mm": ("float32 and not bmm and not conv and not attention", 3 * 30),
     "bmm-baddbmm": ("float32 and bmm", 2 * 30),
@@ -55,7 +55,7 @@ TRITON_PARTS = {
 }
 
 
-@pytest.mark.timeout(900)  # the longest tests: 1 to 2 minutes alone on 2 cores, more on loaded ones
+@pytest.mark.timeout(900)  # about half a minute each beside the other tests on 2 cores, minutes on slow ones
 @pytest.mark.parametrize("part", sorted(TRITON_PARTS))
 def test_triton_passes_the_suite_in_float32_in_the_interpreter(part):
     """Every op in float32 (float16 runs the same templates: the whole suite, both dtypes, passes
