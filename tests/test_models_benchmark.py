@@ -17,7 +17,7 @@ from conftest import run_env
 MODELS_PY = Path(__file__).resolve().parents[1] / "benchmarks" / "models.py"
 
 
-@pytest.mark.timeout(600)  # eight processes that each import torch and compile: 90 s alone, over 300 s on busy cores
+@pytest.mark.timeout(600)  # nine processes that import torch, five of them compiling: 40 s here, over 300 s once on CI
 def test_models_py_times_the_retimed_variants_in_several_processes(tmp_path):
     result = tmp_path / "models.json"
     command = [sys.executable, str(MODELS_PY), "--device", "cpu", "--small", "--models", "mlp_decode"]

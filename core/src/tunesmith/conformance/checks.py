@@ -125,7 +125,7 @@ def check_case(
         if row["spec"] in timed:
             timing = timed[row["spec"]]
             row["timed"] = "finite" if timing.ok else "inf"
-            if timing.error and "error" not in row:
+            if timing.error:
                 row["timed_error"] = timing.error
     return {**result, "choices": rows}
 
