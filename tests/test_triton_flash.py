@@ -1,9 +1,10 @@
 """The Triton plugin's flash attention (``flash.py``), run in Triton's interpreter on the CPU
 (``TRITON_INTERPRET=1``, in a subprocess: the flag is read when the kernels are defined): forward,
 log-sum-exp and backward against torch's float64 math path, float32 and float16, causal (square
-and oblong), grouped-query heads, boolean and additive masks, fully masked rows, odd sizes,
-decode, transposed inputs, wide and unequal heads; ``attention`` under autograd and under
-torch.compile; and, without the interpreter, the configs and the argument checks."""
+and oblong), grouped-query heads, boolean and additive masks, key padding (and that the key
+blocks it masks whole are never read), fully masked rows, odd sizes, decode, transposed inputs,
+wide and unequal heads; ``attention`` under autograd and under torch.compile; and, without the
+interpreter, the configs and the argument checks."""
 
 from __future__ import annotations
 
@@ -79,6 +80,17 @@ def bias_of(kind, B, H, L, S):
         for b in range(B):
             mask[b, ..., S - 5 - 6 * b:] = False
         return mask
+    if kind == "left_padding":  # (B, 1, 1, S): the first keys masked out (a batch padded on the left)
+        mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        for b in range(B):
+            mask[b, ..., : 17 + 19 * b] = False
+        return mask
+    if kind == "head_padding":  # (B, H, L, S) expanded from one row of keys a head: holes, a head keeping none
+        mask = torch.rand(B, H, 1, S) > 0.3
+        mask[:, :, :, 16:32] = False
+        mask[:, :, :, 0] = True
+        mask[-1, -1] = False
+        return mask.expand(B, H, L, S)
     if kind == "rows":
         return bool_rows(B, L, S)
     if kind == "relative":  # (1, H, L, S): a learned-looking relative position bias
@@ -103,6 +115,8 @@ cases = [
     ("mqa", (2, 4, 1, 17, 40, 16, 16), False, None, "contiguous", SMALL, None),
     ("padding_mask", (2, 2, 2, 24, 40, 16, 16), False, "padding", "contiguous", SMALL, None),
     ("padding_mask_causal", (2, 2, 2, 40, 40, 16, 16), True, "padding", "contiguous", OBLONG, None),
+    ("left_padding", (2, 2, 2, 24, 56, 16, 16), False, "left_padding", "contiguous", SMALL, None),
+    ("head_padding_gqa", (2, 4, 2, 20, 48, 16, 16), False, "head_padding", "contiguous", OBLONG, None),
     ("masked_row", (2, 2, 2, 20, 24, 16, 16), False, "rows", "contiguous", SMALL, None),
     ("masked_row_causal_gqa", (2, 4, 2, 20, 24, 16, 16), True, "rows", "contiguous", OBLONG, None),
     ("neg_inf_row", (2, 2, 2, 20, 24, 16, 16), False, "neg_inf_rows", "contiguous", SMALL, None),
@@ -182,7 +196,7 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 35
+    assert len(rows) == 37
     # the TMA config reads through descriptors where the strides allow, through pointers elsewhere
     tma = {r["case"]: r["tma_reads"] for r in rows}
     assert tma["head_40"] == tma["transposed_bias"] == 3 and tma["head_40_pointers"] == 0
@@ -193,8 +207,57 @@ def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     # a query row with every key masked out (a bool mask, or a bias of -inf): output 0 and dq 0
     # (as torch's math path gives), lse +inf, no NaN anywhere
     empty = {r["case"]: r for r in rows if r["empty_rows"]}
-    assert set(empty) == {"masked_row", "masked_row_causal_gqa", "neg_inf_row"}
+    assert set(empty) == {"masked_row", "masked_row_causal_gqa", "neg_inf_row", "head_padding_gqa"}
     assert all(r["empty_lse_inf"] and r["empty_out_zero"] and r["empty_dq_zero"] for r in empty.values()), empty
+
+
+SKIPPED = (
+    COMMON
+    + r"""
+config = flash.INTERPRETER_CONFIGS[0]  # blocks of 16 keys, forward and backward
+B, Hq, Hkv, S, D = 2, 4, 2, 64, 16
+keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+keep[0, ..., 48:] = False  # batch 0: its last key block padded
+keep[1, ..., :32] = False  # batch 1: its first two, and the tail of its last (a block it keeps part of)
+keep[1, ..., 60:] = False
+padded = torch.zeros(B, 1, S, 1, dtype=torch.bool)  # the whole blocks of padding, which hold NaN
+padded[0, :, 48:] = padded[1, :, :32] = True
+rows = {}
+for name, L in (("prefill", 20), ("decode", 1)):
+    q = torch.randn(B, Hq, L, D)
+    k, v = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
+    scale, dout = D ** -0.5, torch.randn(B, Hq, L, D)
+    nan_k, nan_v = k.masked_fill(padded, float("nan")), v.masked_fill(padded, float("nan"))
+    out, lse = flash.forward(q, nan_k, nan_v, keep, False, scale, config)
+    dq, dk, dv = flash.backward(dout, q, nan_k, nan_v, keep, out, lse, False, scale, config)
+    ref_out, _, ref_dq, ref_dk, ref_dv = reference(q, k, v, keep, False, scale, dout)
+    rows[name] = {
+        "finite": all(bool(torch.isfinite(t).all()) for t in (out, lse, dq, dk, dv)),
+        "errors": [rel(x, r) for x, r in ((out, ref_out), (dq, ref_dq), (dk, ref_dk), (dv, ref_dv))],
+        "padded_grads_zero": bool((dk.masked_select(padded) == 0).all() and (dv.masked_select(padded) == 0).all()),
+    }
+print(json.dumps(rows))
+"""
+)
+
+
+def test_a_key_padding_mask_skips_the_key_blocks_it_masks_whole():
+    """The kernels never read a key block that a boolean key-padding mask masks whole: NaN there
+    (torch's math path would give NaN) leaves every output and gradient finite and right."""
+    got = run_interpreted(SKIPPED)
+    for name, row in got.items():
+        assert row["finite"] and row["padded_grads_zero"], (name, row)
+        assert max(row["errors"]) < 1e-4, (name, row)
+
+
+def test_only_a_boolean_mask_of_one_row_for_every_query_is_a_key_padding_mask():
+    from tunesmith_triton.flash import key_padding
+
+    padding = torch.ones(2, 1, 1, 64, dtype=torch.bool)
+    assert key_padding(padding.expand(2, 4, 20, 64).stride(), True, 20)
+    assert key_padding(padding.expand(2, 4, 1, 64).stride(), True, 1)  # decode: one row whatever its stride
+    assert not key_padding(torch.ones(2, 1, 20, 64, dtype=torch.bool).expand(2, 4, 20, 64).stride(), True, 20)
+    assert not key_padding(padding.expand(2, 4, 20, 64).stride(), False, 20)  # additive: never skipped
 
 
 AUTOGRAD = (

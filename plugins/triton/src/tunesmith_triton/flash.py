@@ -11,6 +11,12 @@ backward, with grouped-query heads, a causal mask, and a boolean or additive bia
   atomics) and ``_bwd_q_kernel`` (one program per query block of one query head). Each recomputes
   P from the saved log-sum-exp.
 
+A boolean key-padding mask (one row of keys for every query: ``(B, 1, 1, S)``, or expanded from
+one, as ``transformers`` builds padding for SDPA) costs only the key blocks it keeps: each forward
+and dQ program scans its mask row for the first and last kept key and loops over the blocks
+between; the dK/dV kernel skips a query head whose mask keeps none of its key block. Results are
+the same as without skipping: the blocks skipped would add exactly 0.
+
 A query row whose keys are all masked out (a boolean mask, or a bias of -inf) gets output 0, zero
 gradients and a log-sum-exp of +inf (so that the backward's P = exp(s - lse) is 0 there), as
 torch's math path does since 2.5 (softmax over -inf only gives 0).
@@ -71,6 +77,35 @@ def _keep(rows, cols, S, CAUSAL: tl.constexpr):
     if CAUSAL:
         keep = keep & (cols[None, :] <= rows[:, None])
     return keep
+
+
+#: keys a key-padding mask's scan reads at a time
+SPAN_CHUNK = tl.constexpr(1024)
+
+
+@triton.jit
+def _key_span(x_base, s_xn, S, CHUNK: tl.constexpr):
+    """(first, last) key that a mask of one row for every query (key padding) keeps, from that
+    row at ``x_base``: (S, -1) when it keeps none."""
+    offs = tl.arange(0, CHUNK)
+    first = S + 0
+    last = tl.full([], -1, dtype=tl.int32)
+    for start in range(0, S, CHUNK):
+        cols = start + offs
+        kept = tl.load(x_base + cols.to(tl.int64) * s_xn, mask=cols < S, other=0) != 0
+        first = tl.minimum(first, tl.min(tl.where(kept, cols, S), 0))
+        last = tl.maximum(last, tl.max(tl.where(kept, cols, -1), 0))
+    return first, last
+
+
+@triton.jit
+def _spanned(x_base, s_xn, S, lo, hi, BN: tl.constexpr, CHUNK: tl.constexpr):
+    """A key loop's two ranges, [0, lo) without masks and [lo, hi) with them, cut to the key
+    blocks that hold the kept keys of a key-padding mask: (start, unmasked end, masked start, end),
+    empty ranges where it keeps none."""
+    first, last = _key_span(x_base, s_xn, S, CHUNK)
+    start = (first // BN) * BN
+    return start, tl.minimum(lo, last + 1), tl.maximum(lo, start), tl.minimum(hi, last + 1)
 
 
 @triton.jit
@@ -153,9 +188,11 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, KEY_SPAN: tl.constexpr,
 ):  # fmt: skip
-    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers."""
+    """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers.
+    With KEY_SPAN (a boolean mask of one row for every query), the key blocks before its first
+    kept key and after its last are skipped."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -189,15 +226,18 @@ def _fwd_kernel(
     else:
         hi = S
         lo = whole
+    start, unmasked_end, masked_start, end = 0, lo, lo, hi
+    if KEY_SPAN:
+        start, unmasked_end, masked_start, end = _spanned(x_base, s_xn, S, lo, hi, BN, SPAN_CHUNK)
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
         PRECISION, TMA,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
         PRECISION, TMA,
     )  # fmt: skip
@@ -296,8 +336,10 @@ def _bwd_kv_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr,
+    ALIGN: tl.constexpr, KEY_SPAN: tl.constexpr,
 ):  # fmt: skip
+    """dK and dV of one key block of one kv head. With KEY_SPAN (a boolean mask of one row for
+    every query), a query head whose mask keeps none of the block's keys adds nothing: skipped."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -333,20 +375,24 @@ def _bwd_kv_kernel(
         x_base = x_ptr + b64 * s_xb + h64 * s_xh
         lse_base = lse_ptr + bh * L
         dl_base = delta_ptr + bh * L
+        stop = L
+        if KEY_SPAN:  # none of the block's keys kept: every range empty
+            kept = tl.max((tl.load(x_base + cols.to(tl.int64) * s_xn) != 0).to(tl.int32), 0)
+            stop = tl.where(kept > 0, L, 0)
         if CAUSAL:
             dk, dv = _bwd_kv_blocks(
                 dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-                s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, tl.minimum(full, L),
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, tl.minimum(full, stop),
                 HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
             )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, full, whole,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, full, tl.minimum(whole, stop),
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, whole), L,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, whole), stop,
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
     row0 = bkv.to(tl.int64) * S
@@ -400,7 +446,7 @@ def _bwd_q_kernel(
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr,
+    ALIGN: tl.constexpr, KEY_SPAN: tl.constexpr,
 ):  # fmt: skip
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
@@ -436,14 +482,17 @@ def _bwd_q_kernel(
     else:
         hi = S
         lo = whole
+    start, unmasked_end, masked_start, end = 0, lo, lo, hi
+    if KEY_SPAN:
+        start, unmasked_end, masked_start, end = _spanned(x_base, s_xn, S, lo, hi, BN, SPAN_CHUNK)
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, 0, lo,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
         HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, lo, hi,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
         HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
     dq_ptrs = dq_ptr + (row0 + offs_m)[:, None] * HEAD_D + offs_d[None, :]
@@ -668,6 +717,13 @@ def _bias(
     return x, tuple(x.stride()), True, False
 
 
+def key_padding(bias_strides: tuple[int, ...], is_bool: bool, queries: int) -> bool:
+    """Whether a mask is one boolean row of keys for every query (a key-padding mask, as
+    ``(B, 1, 1, S)`` or ``.expand``-ed to ``(B, H, L, S)``), so that the kernels can skip the key
+    blocks outside its kept keys."""
+    return is_bool and (bias_strides[2] == 0 or queries == 1)
+
+
 def _alignment(*tensors: torch.Tensor) -> int:
     """The most elements, up to 16 bytes' worth, that every stride (but the unit last one) and every
     start of ``tensors`` is a multiple of: the kernels' ``ALIGN``."""
@@ -754,6 +810,7 @@ def forward(
         "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v),
+        "KEY_SPAN": key_padding(xs, is_bool, L),
     }
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
     reads: tuple[Any, ...] = (q, k, v)
@@ -799,6 +856,7 @@ def backward(
         "BIAS_BOOL": is_bool,
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v, dout),
+        "KEY_SPAN": key_padding(xs, is_bool, L),
     }
     launch = {"num_warps": config.bwd_num_warps, "num_stages": config.bwd_num_stages}
     streamed, kept = config.bwd_block_m, config.bwd_block_n
