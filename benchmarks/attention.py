@@ -34,8 +34,9 @@ from typing import Any
 import torch
 
 #: name: (kind, batch, query heads, kv heads, query length, key length, head dim, causal, mask, train)
-#: mask is "", "padding" (a boolean (B, 1, 1, S) mask, a quarter of each batch's keys padding) or
-#: "bias" (an additive (1, H, L, S) relative position bias)
+#: mask is "", "padding" (a boolean (B, 1, 1, S) mask, up to a quarter of each batch's keys padding),
+#: "causal_padding" (causal and that padding in one boolean (B, 1, L, S) tensor, as transformers
+#: builds a padded decoder batch's) or "bias" (an additive (1, H, L, S) relative position bias)
 SHAPES: dict[str, tuple[str, int, int, int, int, int, int, bool, str, bool]] = {
     "gpt2_prefill": ("causal", 8, 12, 12, 1024, 1024, 64, True, "", False),
     "gpt2_train": ("train", 8, 12, 12, 1024, 1024, 64, True, "", True),
@@ -46,6 +47,8 @@ SHAPES: dict[str, tuple[str, int, int, int, int, int, int, bool, str, bool]] = {
     "bert_padding_8x512": ("mask", 8, 12, 12, 512, 512, 64, False, "padding", False),
     "bert_padding_train_16x512": ("train", 16, 12, 12, 512, 512, 64, False, "padding", True),
     "t5_bias_8x512": ("bias", 8, 12, 12, 512, 512, 64, False, "bias", False),
+    "llama8b_padded_prefill_1k": ("mask", 4, 32, 8, 1024, 1024, 128, False, "causal_padding", False),
+    "gpt2_padded_train": ("train", 8, 12, 12, 1024, 1024, 64, False, "causal_padding", True),
     "llama8b_prefill_4k": ("gqa", 1, 32, 8, 4096, 4096, 128, True, "", False),
     "llama8b_decode_8k": ("decode", 16, 32, 8, 1, 8192, 128, False, "", False),
     "vit_b16": ("plain", 64, 12, 12, 197, 197, 64, False, "", False),
@@ -69,11 +72,14 @@ def make(name: str, device: str, seed: int = 0) -> tuple[list[torch.Tensor], dic
     q = randn(b, length, hq, d).transpose(1, 2)
     k, v = randn(b, s, hkv, d).transpose(1, 2), randn(b, s, hkv, d).transpose(1, 2)
     tensors = [q, k, v]
-    if mask == "padding":
+    if mask in ("padding", "causal_padding"):
         keep = torch.arange(s, device=device)[None, :] < torch.randint(
             s * 3 // 4, s + 1, (b, 1), generator=gen, device=device
         )
-        tensors.append(keep[:, None, None, :])
+        keep = keep[:, None, None, :]
+        if mask == "causal_padding":
+            keep = keep & torch.ones(length, s, dtype=torch.bool, device=device).tril()
+        tensors.append(keep)
     elif mask == "bias":
         tensors.append(randn(1, hq, length, s))
     return tensors, {"is_causal": causal, "grad": train}
@@ -105,6 +111,9 @@ def flex(problem: Any, tensors: list[torch.Tensor]) -> Callable[..., torch.Tenso
     block_mask, score_mod = None, None
     if causal:
         block_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, length, s, device="cuda")
+    elif mask is not None and mask.dtype == torch.bool and mask.shape[2] > 1:  # causal and padding
+        keep = mask[:, 0, -1, :]  # the last query's row: every key the batch keeps
+        block_mask = create_block_mask(lambda b, h, q, kv: (q >= kv) & keep[b, kv], b, None, length, s, device="cuda")
     elif mask is not None and mask.dtype == torch.bool:
         keep = mask[:, 0, 0, :]
         block_mask = create_block_mask(lambda b, h, q, kv: keep[b, kv], b, None, length, s, device="cuda")

@@ -93,6 +93,14 @@ def bias_of(kind, B, H, L, S):
         return mask.expand(B, H, L, S)
     if kind == "rows":
         return bool_rows(B, L, S)
+    if kind == "causal_padding":  # (B, 1, L, S): causal and left padding in one tensor, as transformers builds it
+        keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        for b in range(B):
+            keep[b, ..., : 7 + 18 * b] = False
+        return keep & torch.ones(L, S, dtype=torch.bool).tril(S - L)
+    if kind == "band":  # (1, H, L, S): a sliding window of a different width in every head
+        i, j = torch.arange(L)[:, None] + S - L, torch.arange(S)[None, :]
+        return torch.stack([(j <= i) & (j > i - 9 - 8 * h) for h in range(H)])[None]
     if kind == "relative":  # (1, H, L, S): a learned-looking relative position bias
         pos = torch.arange(S)[None, :] - torch.arange(L)[:, None]
         return (torch.randn(H, 1, 1) * pos.abs().float().sqrt() / 4 + torch.randn(1, H, L, S) / 4).to(DTYPE)
@@ -117,6 +125,8 @@ cases = [
     ("padding_mask_causal", (2, 2, 2, 40, 40, 16, 16), True, "padding", "contiguous", OBLONG, None),
     ("left_padding", (2, 2, 2, 24, 56, 16, 16), False, "left_padding", "contiguous", SMALL, None),
     ("head_padding_gqa", (2, 4, 2, 20, 48, 16, 16), False, "head_padding", "contiguous", OBLONG, None),
+    ("causal_padding", (2, 2, 2, 40, 56, 16, 16), False, "causal_padding", "contiguous", SMALL, None),
+    ("band_gqa", (1, 4, 2, 50, 50, 16, 16), False, "band", "contiguous", OBLONG, None),
     ("masked_row", (2, 2, 2, 20, 24, 16, 16), False, "rows", "contiguous", SMALL, None),
     ("masked_row_causal_gqa", (2, 4, 2, 20, 24, 16, 16), True, "rows", "contiguous", OBLONG, None),
     ("neg_inf_row", (2, 2, 2, 20, 24, 16, 16), False, "neg_inf_rows", "contiguous", SMALL, None),
@@ -196,7 +206,7 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 37
+    assert len(rows) == 39
     # the TMA config reads through descriptors where the strides allow, through pointers elsewhere
     tma = {r["case"]: r["tma_reads"] for r in rows}
     assert tma["head_40"] == tma["transposed_bias"] == 3 and tma["head_40_pointers"] == 0
@@ -207,7 +217,7 @@ def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     # a query row with every key masked out (a bool mask, or a bias of -inf): output 0 and dq 0
     # (as torch's math path gives), lse +inf, no NaN anywhere
     empty = {r["case"]: r for r in rows if r["empty_rows"]}
-    assert set(empty) == {"masked_row", "masked_row_causal_gqa", "neg_inf_row", "head_padding_gqa"}
+    assert set(empty) == {"masked_row", "masked_row_causal_gqa", "neg_inf_row", "head_padding_gqa", "causal_padding"}
     assert all(r["empty_lse_inf"] and r["empty_out_zero"] and r["empty_dq_zero"] for r in empty.values()), empty
 
 
@@ -223,16 +233,17 @@ keep[1, ..., 60:] = False
 padded = torch.zeros(B, 1, S, 1, dtype=torch.bool)  # the whole blocks of padding, which hold NaN
 padded[0, :, 48:] = padded[1, :, :32] = True
 rows = {}
-for name, L in (("prefill", 20), ("decode", 1)):
+causal_padding = keep & torch.ones(48, S, dtype=torch.bool).tril(S - 48)  # (B, 1, 48, S), read through a block map
+for name, L, mask in (("prefill", 20, keep), ("decode", 1, keep), ("causal_and_padding", 48, causal_padding)):
     q = torch.randn(B, Hq, L, D)
     k, v = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
     scale, dout = D ** -0.5, torch.randn(B, Hq, L, D)
     nan_k, nan_v = k.masked_fill(padded, float("nan")), v.masked_fill(padded, float("nan"))
-    out, lse = flash.forward(q, nan_k, nan_v, keep, False, scale, config)
-    dq, dk, dv = flash.backward(dout, q, nan_k, nan_v, keep, out, lse, False, scale, config)
-    ref_out, _, ref_dq, ref_dk, ref_dv = reference(q, k, v, keep, False, scale, dout)
+    out, lse = flash.forward(q, nan_k, nan_v, mask, False, scale, config)
+    dq, dk, dv = flash.backward(dout, q, nan_k, nan_v, mask, out, lse, False, scale, config)
+    ref_out, _, ref_dq, ref_dk, ref_dv = reference(q, k, v, mask, False, scale, dout)
     rows[name] = {
-        "finite": all(bool(torch.isfinite(t).all()) for t in (out, lse, dq, dk, dv)),
+        "finite": all(bool(torch.isfinite(t).all()) for t in (out, dq, dk, dv)) and not lse.isnan().any(),
         "errors": [rel(x, r) for x, r in ((out, ref_out), (dq, ref_dq), (dk, ref_dk), (dv, ref_dv))],
         "padded_grads_zero": bool((dk.masked_select(padded) == 0).all() and (dv.masked_select(padded) == 0).all()),
     }
@@ -241,23 +252,26 @@ print(json.dumps(rows))
 )
 
 
-def test_a_key_padding_mask_skips_the_key_blocks_it_masks_whole():
-    """The kernels never read a key block that a boolean key-padding mask masks whole: NaN there
-    (torch's math path would give NaN) leaves every output and gradient finite and right."""
+def test_the_kernels_never_read_a_key_block_that_a_boolean_mask_masks_whole():
+    """NaN in the key blocks that a boolean mask masks for every query (torch's math path would
+    give NaN) leaves every output and gradient finite and right: a key-padding mask read as one
+    row, and causal and padding in one mask, read through its block map."""
     got = run_interpreted(SKIPPED)
     for name, row in got.items():
         assert row["finite"] and row["padded_grads_zero"], (name, row)
         assert max(row["errors"]) < 1e-4, (name, row)
 
 
-def test_only_a_boolean_mask_of_one_row_for_every_query_is_a_key_padding_mask():
-    from tunesmith_triton.flash import key_padding
+def test_a_boolean_mask_is_read_as_one_row_or_through_a_block_map_and_a_bias_in_full():
+    from tunesmith_triton.flash import SPAN_MAP, SPAN_NONE, SPAN_ROW, span_kind
 
     padding = torch.ones(2, 1, 1, 64, dtype=torch.bool)
-    assert key_padding(padding.expand(2, 4, 20, 64).stride(), True, 20)
-    assert key_padding(padding.expand(2, 4, 1, 64).stride(), True, 1)  # decode: one row whatever its stride
-    assert not key_padding(torch.ones(2, 1, 20, 64, dtype=torch.bool).expand(2, 4, 20, 64).stride(), True, 20)
-    assert not key_padding(padding.expand(2, 4, 20, 64).stride(), False, 20)  # additive: never skipped
+    assert span_kind(padding.expand(2, 4, 20, 64).stride(), True, 20) == SPAN_ROW
+    assert span_kind(padding.expand(2, 4, 1, 64).stride(), True, 1) == SPAN_ROW  # decode: one row whatever its stride
+    rows = torch.ones(2, 1, 20, 64, dtype=torch.bool).expand(2, 4, 20, 64)
+    assert span_kind(rows.stride(), True, 20) == SPAN_MAP
+    assert span_kind(padding.expand(2, 4, 20, 64).stride(), False, 20) == SPAN_NONE  # additive: read in full
+    assert span_kind(rows.stride(), False, 20) == SPAN_NONE
 
 
 AUTOGRAD = (

@@ -11,11 +11,13 @@ backward, with grouped-query heads, a causal mask, and a boolean or additive bia
   atomics) and ``_bwd_q_kernel`` (one program per query block of one query head). Each recomputes
   P from the saved log-sum-exp.
 
-A boolean key-padding mask (one row of keys for every query: ``(B, 1, 1, S)``, or expanded from
-one, as ``transformers`` builds padding for SDPA) costs only the key blocks it keeps: each forward
-and dQ program scans its mask row for the first and last kept key and loops over the blocks
-between; the dK/dV kernel skips a query head whose mask keeps none of its key block. Results are
-the same as without skipping: the blocks skipped would add exactly 0.
+A boolean mask costs only the key blocks it keeps (``SPAN``): each forward and dQ program finds
+the first and last key that the mask keeps for its queries and loops over the blocks between, and
+each dK/dV program likewise over the query blocks that keep any of its keys. A mask of one row for
+every query (key padding: ``(B, 1, 1, S)``, or expanded from one, as ``transformers`` builds
+padding for SDPA) is scanned in place; any other (causal and padding in one tensor, a sliding
+window, documents) through its block map, one byte per 16 x 16 block, that ``_block_map_kernel``
+writes first. The results are the same as without skipping: a skipped block would add exactly 0.
 
 A query row whose keys are all masked out (a boolean mask, or a bias of -inf) gets output 0, zero
 gradients and a log-sum-exp of +inf (so that the backward's P = exp(s - lse) is 0 there), as
@@ -79,33 +81,93 @@ def _keep(rows, cols, S, CAUSAL: tl.constexpr):
     return keep
 
 
-#: keys a key-padding mask's scan reads at a time
-SPAN_CHUNK = tl.constexpr(1024)
+#: a boolean mask's block map folds this many rows and keys into one entry (every tile is a multiple)
+MAP_BLOCK = tl.constexpr(16)
+#: bytes a span's scan reads at a time
+SPAN_TILE = tl.constexpr(1024)
+#: the kernels' SPAN: which key blocks a boolean mask lets them skip
+SPAN_NONE, SPAN_ROW, SPAN_MAP = 0, 1, 2
 
 
 @triton.jit
-def _key_span(x_base, s_xn, S, CHUNK: tl.constexpr):
-    """(first, last) key that a mask of one row for every query (key padding) keeps, from that
-    row at ``x_base``: (S, -1) when it keeps none."""
-    offs = tl.arange(0, CHUNK)
-    first = S + 0
+def _row_span(base, s_x, n):
+    """(first, last) index of a row of ``n`` 0/1 bytes at ``base`` that is 1: (n, -1) where none is."""
+    offs = tl.arange(0, SPAN_TILE)
+    first = n + 0
     last = tl.full([], -1, dtype=tl.int32)
-    for start in range(0, S, CHUNK):
-        cols = start + offs
-        kept = tl.load(x_base + cols.to(tl.int64) * s_xn, mask=cols < S, other=0) != 0
-        first = tl.minimum(first, tl.min(tl.where(kept, cols, S), 0))
-        last = tl.maximum(last, tl.max(tl.where(kept, cols, -1), 0))
+    for start in range(0, n, SPAN_TILE):
+        at = start + offs
+        kept = tl.load(base + at.to(tl.int64) * s_x, mask=at < n, other=0) != 0
+        first = tl.minimum(first, tl.min(tl.where(kept, at, n), 0))
+        last = tl.maximum(last, tl.max(tl.where(kept, at, -1), 0))
     return first, last
 
 
 @triton.jit
-def _spanned(x_base, s_xn, S, lo, hi, BN: tl.constexpr, CHUNK: tl.constexpr):
+def _span(base, s_along, s_across, n_along, n_across, ACROSS: tl.constexpr):
+    """(first, last) index along a 2-D run of 0/1 bytes at ``base`` at which any of its first
+    ``n_across`` (at most ACROSS, a power of two) lines across is 1: (n_along, -1) where none is."""
+    across = tl.arange(0, ACROSS)
+    offs = tl.arange(0, SPAN_TILE // ACROSS)
+    first = n_along + 0
+    last = tl.full([], -1, dtype=tl.int32)
+    for start in range(0, n_along, SPAN_TILE // ACROSS):
+        along = start + offs
+        ptrs = base + along.to(tl.int64)[:, None] * s_along + across.to(tl.int64)[None, :] * s_across
+        inside = (along[:, None] < n_along) & (across[None, :] < n_across)
+        kept = tl.max(tl.load(ptrs, mask=inside, other=0).to(tl.int32), 1) > 0
+        first = tl.minimum(first, tl.min(tl.where(kept, along, n_along), 0))
+        last = tl.maximum(last, tl.max(tl.where(kept, along, -1), 0))
+    return first, last
+
+
+@triton.jit
+def _key_span(
+    x_base, s_xn, m_base, NL, NS, m0, S, BM: tl.constexpr, SPAN: tl.constexpr, MAP_ACROSS: tl.constexpr,
+):  # fmt: skip
+    """(first, last) key that the mask keeps for some query of rows [m0, m0 + BM): from the one
+    mask row at ``x_base`` (SPAN_ROW), or from the rows of the block map at ``m_base`` (SPAN_MAP:
+    NL rows of NS entries; MAP_ACROSS, at least 2, covers BM rows). Last is -1 where it keeps none."""
+    if SPAN == 1:
+        first, last = _row_span(x_base, s_xn, S)
+    else:
+        i0 = m0 // MAP_BLOCK
+        map_rows = tl.minimum(BM // MAP_BLOCK, NL - i0)
+        first, last = _span(m_base + i0 * NS, 1, NS, NS, map_rows, MAP_ACROSS)
+        first = first * MAP_BLOCK
+        last = tl.minimum(last * MAP_BLOCK + MAP_BLOCK - 1, S - 1)
+    return first, last
+
+
+@triton.jit
+def _cut(first, last, lo, hi, BN: tl.constexpr):
     """A key loop's two ranges, [0, lo) without masks and [lo, hi) with them, cut to the key
-    blocks that hold the kept keys of a key-padding mask: (start, unmasked end, masked start, end),
-    empty ranges where it keeps none."""
-    first, last = _key_span(x_base, s_xn, S, CHUNK)
+    blocks from the one holding ``first`` to the one holding ``last``: (start, unmasked end,
+    masked start, end), empty where ``last`` is -1."""
     start = (first // BN) * BN
     return start, tl.minimum(lo, last + 1), tl.maximum(lo, start), tl.minimum(hi, last + 1)
+
+
+@triton.jit
+def _block_map_kernel(
+    x_ptr, m_ptr, s_xb, s_xh, s_xm, s_xn, HM, L, S, NL, NS,
+    BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """One row of a boolean mask's block map: 1 where a BLOCK x BLOCK block of the mask keeps any
+    key. One program per block row of one (batch, head) of the mask (its own, not broadcast)."""
+    i, bh = tl.program_id(0), tl.program_id(1)
+    b, h = (bh // HM).to(tl.int64), (bh % HM).to(tl.int64)
+    rows = i * BLOCK + tl.arange(0, BLOCK)
+    x_rows = x_ptr + b * s_xb + h * s_xh + rows.to(tl.int64)[:, None] * s_xm
+    m_row = m_ptr + (bh.to(tl.int64) * NL + i) * NS
+    offs = tl.arange(0, CHUNK)
+    for start in range(0, S, CHUNK):
+        cols = start + offs
+        x = tl.load(x_rows + cols.to(tl.int64)[None, :] * s_xn, mask=(rows[:, None] < L) & (cols[None, :] < S), other=0)
+        keys = tl.max((x != 0).to(tl.int32), 0)
+        blocks = tl.max(tl.reshape(keys, (CHUNK // BLOCK, BLOCK)), 1)
+        j = start // BLOCK + tl.arange(0, CHUNK // BLOCK)
+        tl.store(m_row + j, blocks.to(tl.uint8), mask=j < NS)
 
 
 @triton.jit
@@ -182,17 +244,18 @@ def _fwd_blocks(
 
 @triton.jit
 def _fwd_kernel(
-    q_ptr, k_ptr, v_ptr, x_ptr, o_ptr, lse_ptr,
-    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn,
-    H, L, S, qk_scale,
+    q_ptr, k_ptr, v_ptr, x_ptr, m_ptr, o_ptr, lse_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_mb, s_mh,
+    H, L, S, NL, NS, qk_scale,
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr,
-    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, KEY_SPAN: tl.constexpr,
+    PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, SPAN: tl.constexpr,
+    MAP_ACROSS: tl.constexpr,
 ):  # fmt: skip
     """With TMA, ``q_ptr``, ``k_ptr`` and ``v_ptr`` are (B, H, L, D) descriptors, not pointers.
-    With KEY_SPAN (a boolean mask of one row for every query), the key blocks before its first
-    kept key and after its last are skipped."""
+    With SPAN, the key blocks before the first key that a boolean mask keeps for the block's
+    queries and after the last are skipped (``m_ptr``: the block map, for SPAN_MAP)."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -227,8 +290,10 @@ def _fwd_kernel(
         hi = S
         lo = whole
     start, unmasked_end, masked_start, end = 0, lo, lo, hi
-    if KEY_SPAN:
-        start, unmasked_end, masked_start, end = _spanned(x_base, s_xn, S, lo, hi, BN, SPAN_CHUNK)
+    if SPAN:
+        m_base = m_ptr + b64 * s_mb + h64 * s_mh
+        first, last = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
+        start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
@@ -330,16 +395,16 @@ def _bwd_kv_blocks(
 
 @triton.jit
 def _bwd_kv_kernel(
-    q_ptr, k_ptr, v_ptr, x_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_dob, s_doh, s_dom,
-    H, HKV, L, S, scale, qk_scale,
+    q_ptr, k_ptr, v_ptr, x_ptr, m_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_mb, s_mh, s_dob, s_doh, s_dom,
+    H, HKV, L, S, NL, NS, scale, qk_scale,
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, KEY_SPAN: tl.constexpr,
+    ALIGN: tl.constexpr, SPAN: tl.constexpr, MAP_ACROSS: tl.constexpr,
 ):  # fmt: skip
-    """dK and dV of one key block of one kv head. With KEY_SPAN (a boolean mask of one row for
-    every query), a query head whose mask keeps none of the block's keys adds nothing: skipped."""
+    """dK and dV of one key block of one kv head. With SPAN, only the query blocks from the first
+    query for which a boolean mask keeps any of the block's keys to the last are read."""
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
     s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
@@ -375,24 +440,30 @@ def _bwd_kv_kernel(
         x_base = x_ptr + b64 * s_xb + h64 * s_xh
         lse_base = lse_ptr + bh * L
         dl_base = delta_ptr + bh * L
-        stop = L
-        if KEY_SPAN:  # none of the block's keys kept: every range empty
+        q_start, q_stop = 0, L
+        if SPAN == 1:  # one mask row: every query or none
             kept = tl.max((tl.load(x_base + cols.to(tl.int64) * s_xn) != 0).to(tl.int32), 0)
-            stop = tl.where(kept > 0, L, 0)
+            q_stop = tl.where(kept > 0, L, 0)
+        if SPAN == 2:  # the block map's rows that keep any of the block's keys
+            j0 = n0 // MAP_BLOCK
+            m_base = m_ptr + b64 * s_mb + h64 * s_mh + j0
+            first, last = _span(m_base, NS, 1, NL, tl.minimum(BN // MAP_BLOCK, NS - j0), MAP_ACROSS)
+            q_start = (first * MAP_BLOCK // BM) * BM
+            q_stop = tl.minimum(last * MAP_BLOCK + MAP_BLOCK, L)
         if CAUSAL:
             dk, dv = _bwd_kv_blocks(
                 dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-                s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, tl.minimum(full, stop),
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(lo, q_start), tl.minimum(full, q_stop),
                 HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
             )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, full, tl.minimum(whole, stop),
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, q_start), tl.minimum(whole, q_stop),
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, whole), stop,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(tl.maximum(full, whole), q_start), q_stop,
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
     row0 = bkv.to(tl.int64) * S
@@ -440,13 +511,13 @@ def _bwd_q_blocks(
 
 @triton.jit
 def _bwd_q_kernel(
-    q_ptr, k_ptr, v_ptr, x_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_dob, s_doh, s_dom,
-    H, L, S, scale, qk_scale,
+    q_ptr, k_ptr, v_ptr, x_ptr, m_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_mb, s_mh, s_dob, s_doh, s_dom,
+    H, L, S, NL, NS, scale, qk_scale,
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr, KEY_SPAN: tl.constexpr,
+    ALIGN: tl.constexpr, SPAN: tl.constexpr, MAP_ACROSS: tl.constexpr,
 ):  # fmt: skip
     s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
     s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
@@ -483,8 +554,10 @@ def _bwd_q_kernel(
         hi = S
         lo = whole
     start, unmasked_end, masked_start, end = 0, lo, lo, hi
-    if KEY_SPAN:
-        start, unmasked_end, masked_start, end = _spanned(x_base, s_xn, S, lo, hi, BN, SPAN_CHUNK)
+    if SPAN:
+        m_base = m_ptr + b64 * s_mb + h64 * s_mh
+        first, last = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
+        start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
@@ -717,11 +790,41 @@ def _bias(
     return x, tuple(x.stride()), True, False
 
 
-def key_padding(bias_strides: tuple[int, ...], is_bool: bool, queries: int) -> bool:
-    """Whether a mask is one boolean row of keys for every query (a key-padding mask, as
-    ``(B, 1, 1, S)`` or ``.expand``-ed to ``(B, H, L, S)``), so that the kernels can skip the key
-    blocks outside its kept keys."""
-    return is_bool and (bias_strides[2] == 0 or queries == 1)
+def span_kind(bias_strides: tuple[int, ...], is_bool: bool, queries: int) -> int:
+    """The kernels' SPAN for a mask of these (broadcast) strides: SPAN_ROW for one boolean row of
+    keys for every query (key padding, as ``(B, 1, 1, S)`` or ``.expand``-ed to ``(B, H, L, S)``),
+    SPAN_MAP for other boolean masks (read through a block map), SPAN_NONE for an additive bias
+    or none (every key block is read)."""
+    if not is_bool:
+        return SPAN_NONE
+    return SPAN_ROW if bias_strides[2] == 0 or queries == 1 else SPAN_MAP
+
+
+#: a block map's scan reads this many keys of a row of the mask at a time
+MAP_CHUNK = 512
+
+
+def _block_map(x: torch.Tensor, xs: tuple[int, ...], span: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The block map of the boolean mask ``x`` (uint8, broadcast with strides ``xs``), with its
+    batch and head strides (0 where the mask broadcasts) and its rows and entries a row; ``x``
+    itself, never read as a map, where ``span`` needs none."""
+    if span != SPAN_MAP:
+        return x, (0, 0, 1, 1)
+    block = int(MAP_BLOCK)
+    batches, heads, rows, keys = x.shape
+    batches, heads = (batches if xs[0] else 1), (heads if xs[1] else 1)
+    nl, ns = triton.cdiv(rows, block), triton.cdiv(keys, block)
+    blocks = torch.empty((batches, heads, nl, ns), dtype=torch.uint8, device=x.device)
+    with _device(x):
+        _block_map_kernel[(nl, batches * heads)](
+            x, blocks, *xs, heads, rows, keys, nl, ns, BLOCK=block, CHUNK=min(MAP_CHUNK, _next_pow2(keys)),
+        )  # fmt: skip
+    return blocks, (blocks.stride(0) if batches > 1 else 0, blocks.stride(1) if heads > 1 else 0, nl, ns)
+
+
+def _map_across(tile: int) -> int:
+    """Block-map entries a scan reads across a tile of ``tile`` rows or keys (at least 2)."""
+    return max(2, tile // int(MAP_BLOCK))
 
 
 def _alignment(*tensors: torch.Tensor) -> int:
@@ -810,8 +913,10 @@ def forward(
         "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v),
-        "KEY_SPAN": key_padding(xs, is_bool, L),
+        "SPAN": span_kind(xs, is_bool, L),
+        "MAP_ACROSS": _map_across(bm),
     }
+    blocks, ms = _block_map(x, xs, meta["SPAN"])
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
     reads: tuple[Any, ...] = (q, k, v)
     if meta["TMA"]:
@@ -819,8 +924,8 @@ def forward(
         reads = (_descriptor(q, bm, block_d), _descriptor(k, bn, block_d), _descriptor(v, bn, block_dv))
     with _device(q):
         _fwd_kernel[(triton.cdiv(L, bm), B * Hq)](
-            *reads, x, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs,
-            Hq, L, S, float(scale) * LOG2E, **meta, num_warps=config.num_warps, num_stages=config.num_stages,
+            *reads, x, blocks, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *ms[:2],
+            Hq, L, S, *ms[2:], float(scale) * LOG2E, **meta, num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     return out, lse
 
@@ -856,12 +961,13 @@ def backward(
         "BIAS_BOOL": is_bool,
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v, dout),
-        "KEY_SPAN": key_padding(xs, is_bool, L),
+        "SPAN": span_kind(xs, is_bool, L),
     }
     launch = {"num_warps": config.bwd_num_warps, "num_stages": config.bwd_num_stages}
     streamed, kept = config.bwd_block_m, config.bwd_block_n
     delta = torch.empty((B, Hq, L), dtype=torch.float32, device=q.device)
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *dout.stride()[:3])
+    blocks, ms = _block_map(x, xs, masks["SPAN"])
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *ms[:2], *dout.stride()[:3])
     with _device(q):
         rows = 16 if _interpreting() else 64
         _bwd_delta_kernel[(triton.cdiv(L, rows), B * Hq)](
@@ -870,13 +976,13 @@ def backward(
         )  # fmt: skip
         bm, bn = min(streamed, _next_pow2(L)), min(kept, _next_pow2(S))
         _bwd_kv_kernel[(triton.cdiv(S, bn), B * Hkv)](
-            q, k, v, x, dout, lse, delta, dk, dv, *strides, Hq, Hkv, L, S, float(scale), float(scale) * LOG2E,
-            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, **launch,
+            q, k, v, x, blocks, dout, lse, delta, dk, dv, *strides, Hq, Hkv, L, S, *ms[2:], float(scale),
+            float(scale) * LOG2E, GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, MAP_ACROSS=_map_across(bn), **launch,
         )  # fmt: skip
         bm, bn = min(kept, _next_pow2(L)), min(streamed, _next_pow2(S))
         _bwd_q_kernel[(triton.cdiv(L, bm), B * Hq)](
-            q, k, v, x, dout, lse, delta, dq, *strides, Hq, L, S, float(scale), float(scale) * LOG2E,
-            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, **launch,
+            q, k, v, x, blocks, dout, lse, delta, dq, *strides, Hq, L, S, *ms[2:], float(scale), float(scale) * LOG2E,
+            GROUP=Hq // Hkv, **head, BM=bm, BN=bn, **masks, MAP_ACROSS=_map_across(bm), **launch,
         )  # fmt: skip
     return dq, dk, dv
 
