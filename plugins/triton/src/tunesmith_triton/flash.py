@@ -93,7 +93,7 @@ SPAN_NONE, SPAN_ROW, SPAN_MAP = 0, 1, 2
 def _row_span(base, s_x, n):
     """(first, last) index of a row of ``n`` 0/1 bytes at ``base`` that is 1: (n, -1) where none is."""
     offs = tl.arange(0, SPAN_TILE)
-    first = n + 0
+    first = tl.zeros([], dtype=tl.int32) + n  # a tensor even where n is specialised to 1
     last = tl.full([], -1, dtype=tl.int32)
     for start in range(0, n, SPAN_TILE):
         at = start + offs
@@ -109,7 +109,7 @@ def _span(base, s_along, s_across, n_along, n_across, ACROSS: tl.constexpr):
     ``n_across`` (at most ACROSS, a power of two) lines across is 1: (n_along, -1) where none is."""
     across = tl.arange(0, ACROSS)
     offs = tl.arange(0, SPAN_TILE // ACROSS)
-    first = n_along + 0
+    first = tl.zeros([], dtype=tl.int32) + n_along  # a tensor even where n_along is specialised to 1
     last = tl.full([], -1, dtype=tl.int32)
     for start in range(0, n_along, SPAN_TILE // ACROSS):
         along = start + offs
