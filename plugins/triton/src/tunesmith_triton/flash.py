@@ -140,6 +140,26 @@ def _key_span(
 
 
 @triton.jit
+def _query_span(
+    x_base, s_xn, cols, m_base, NL, NS, n0, L,
+    BM: tl.constexpr, BN: tl.constexpr, SPAN: tl.constexpr, MAP_ACROSS: tl.constexpr,
+):  # fmt: skip
+    """(start, stop) of the query blocks that keep any key ``cols`` of a key block at ``n0``: all
+    of them or none for one mask row at ``x_base`` (SPAN_ROW); for SPAN_MAP, from the block map's
+    columns at ``m_base``, the first block row that keeps one to the last."""
+    if SPAN == 1:
+        kept = tl.max((tl.load(x_base + cols.to(tl.int64) * s_xn) != 0).to(tl.int32), 0)
+        q_start = tl.zeros([], dtype=tl.int32)
+        q_stop = tl.where(kept > 0, L, 0)
+    else:
+        j0 = n0 // MAP_BLOCK
+        first, last = _span(m_base + j0, NS, 1, NL, tl.minimum(BN // MAP_BLOCK, NS - j0), MAP_ACROSS)
+        q_start = (first * MAP_BLOCK // BM) * BM
+        q_stop = tl.minimum(last * MAP_BLOCK + MAP_BLOCK, L)
+    return q_start, q_stop
+
+
+@triton.jit
 def _cut(first, last, lo, hi, BN: tl.constexpr):
     """A key loop's two ranges, [0, lo) without masks and [lo, hi) with them, cut to the key
     blocks from the one holding ``first`` to the one holding ``last``: (start, unmasked end,
@@ -440,30 +460,30 @@ def _bwd_kv_kernel(
         x_base = x_ptr + b64 * s_xb + h64 * s_xh
         lse_base = lse_ptr + bh * L
         dl_base = delta_ptr + bh * L
-        q_start, q_stop = 0, L
-        if SPAN == 1:  # one mask row: every query or none
-            kept = tl.max((tl.load(x_base + cols.to(tl.int64) * s_xn) != 0).to(tl.int32), 0)
-            q_stop = tl.where(kept > 0, L, 0)
-        if SPAN == 2:  # the block map's rows that keep any of the block's keys
-            j0 = n0 // MAP_BLOCK
-            m_base = m_ptr + b64 * s_mb + h64 * s_mh + j0
-            first, last = _span(m_base, NS, 1, NL, tl.minimum(BN // MAP_BLOCK, NS - j0), MAP_ACROSS)
-            q_start = (first * MAP_BLOCK // BM) * BM
-            q_stop = tl.minimum(last * MAP_BLOCK + MAP_BLOCK, L)
+        # query blocks [lo, full) under the causal mask, [full, whole) unmasked, the rest under the edge's
+        causal_lo, causal_hi, plain_lo, plain_hi = lo, tl.minimum(full, L), full, whole
+        edge_lo, edge_hi = tl.maximum(full, whole), L
+        if SPAN:
+            q_start, q_stop = _query_span(
+                x_base, s_xn, cols, m_ptr + b64 * s_mb + h64 * s_mh, NL, NS, n0, L, BM, BN, SPAN, MAP_ACROSS
+            )
+            causal_lo, causal_hi = tl.maximum(causal_lo, q_start), tl.minimum(causal_hi, q_stop)
+            plain_lo, plain_hi = tl.maximum(plain_lo, q_start), tl.minimum(plain_hi, q_stop)
+            edge_lo, edge_hi = tl.maximum(edge_lo, q_start), tl.minimum(edge_hi, q_stop)
         if CAUSAL:
             dk, dv = _bwd_kv_blocks(
                 dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-                s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(lo, q_start), tl.minimum(full, q_stop),
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, causal_lo, causal_hi,
                 HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
             )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(full, q_start), tl.minimum(whole, q_stop),
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, plain_lo, plain_hi,
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, tl.maximum(tl.maximum(full, whole), q_start), q_stop,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, edge_lo, edge_hi,
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
     row0 = bkv.to(tl.int64) * S
