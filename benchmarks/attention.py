@@ -36,7 +36,9 @@ import torch
 #: name: (kind, batch, query heads, kv heads, query length, key length, head dim, causal, mask, train)
 #: mask is "", "padding" (a boolean (B, 1, 1, S) mask, up to a quarter of each batch's keys padding),
 #: "causal_padding" (causal and that padding in one boolean (B, 1, L, S) tensor, as transformers
-#: builds a padded decoder batch's) or "bias" (an additive (1, H, L, S) relative position bias)
+#: builds a padded decoder batch's), "static_cache" (a boolean (B, 1, 1, S) mask keeping the first
+#: quarter of the keys: a static KV cache that far into generation, as transformers masks one for
+#: compiled decoding) or "bias" (an additive (1, H, L, S) relative position bias)
 SHAPES: dict[str, tuple[str, int, int, int, int, int, int, bool, str, bool]] = {
     "gpt2_prefill": ("causal", 8, 12, 12, 1024, 1024, 64, True, "", False),
     "gpt2_train": ("train", 8, 12, 12, 1024, 1024, 64, True, "", True),
@@ -51,6 +53,7 @@ SHAPES: dict[str, tuple[str, int, int, int, int, int, int, bool, str, bool]] = {
     "gpt2_padded_train": ("train", 8, 12, 12, 1024, 1024, 64, False, "causal_padding", True),
     "llama8b_prefill_4k": ("gqa", 1, 32, 8, 4096, 4096, 128, True, "", False),
     "llama8b_decode_8k": ("decode", 16, 32, 8, 1, 8192, 128, False, "", False),
+    "llama8b_decode_static_cache": ("decode", 16, 32, 8, 1, 8192, 128, False, "static_cache", False),
     "vit_b16": ("plain", 64, 12, 12, 197, 197, 64, False, "", False),
     "whisper_encoder": ("plain", 8, 20, 20, 1500, 1500, 64, False, "", False),
     "unet_self_64x64": ("plain", 4, 8, 8, 4096, 4096, 40, False, "", False),
@@ -80,6 +83,8 @@ def make(name: str, device: str, seed: int = 0) -> tuple[list[torch.Tensor], dic
         if mask == "causal_padding":
             keep = keep & torch.ones(length, s, dtype=torch.bool, device=device).tril()
         tensors.append(keep)
+    elif mask == "static_cache":
+        tensors.append((torch.arange(s, device=device) < s // 4)[None, None, None, :].expand(b, 1, 1, s))
     elif mask == "bias":
         tensors.append(randn(1, hq, length, s))
     return tensors, {"is_causal": causal, "grad": train}

@@ -55,6 +55,8 @@ CASES = (
     + r"""
 DTYPE = getattr(torch, "%s")
 SMALL, OBLONG = flash.INTERPRETER_CONFIGS
+SPLIT = flash.INTERPRETER_DECODE  # split-KV decoding, 32 keys a program
+SPLIT_TMA = flash.FlashConfig(16, 16, 4, 1, 16, 16, 4, 1, tma=1, split=32)  # reading K and V through descriptors
 
 def heads(B, H, N, D, layout="contiguous"):
     if layout == "transposed":  # (B, N, H, D) read as (B, H, N, D)
@@ -152,6 +154,13 @@ cases = [
     ("negative_scale", (1, 2, 2, 20, 30, 16, 16), True, "padding", "contiguous", SMALL, -0.2),
     ("head_64", (1, 1, 1, 32, 32, 64, 64), True, None, "contiguous", OBLONG, None),
     ("head_128", (1, 1, 1, 32, 32, 128, 128), False, None, "contiguous", SMALL, None),
+    ("split_decode_gqa", (2, 8, 2, 1, 70, 16, 16), False, None, "contiguous", SPLIT, None),
+    ("split_decode_tma", (2, 8, 2, 1, 70, 16, 16), False, "padding", "contiguous", SPLIT_TMA, None),
+    ("split_decode_padding", (2, 4, 2, 1, 90, 16, 16), False, "left_padding", "transposed", SPLIT, None),
+    ("split_decode_bias", (2, 2, 1, 1, 50, 16, 16), False, "keys", "contiguous", SPLIT, None),
+    ("split_queries_causal", (1, 4, 2, 3, 70, 16, 16), True, None, "contiguous", SPLIT, None),
+    ("split_queries_rows", (2, 2, 1, 5, 40, 16, 16), False, "rows", "contiguous", SPLIT, None),
+    ("split_head_80", (1, 4, 1, 2, 64, 80, 80), False, None, "contiguous", SPLIT, None),
 ]
 
 rows = []
@@ -206,18 +215,20 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3}
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_forward_lse_and_backward_match_the_float64_math_path(dtype):
     rows = run_interpreted(CASES % dtype)["rows"]
-    assert len(rows) == 39
+    assert len(rows) == 46
     # the TMA config reads through descriptors where the strides allow, through pointers elsewhere
     tma = {r["case"]: r["tma_reads"] for r in rows}
     assert tma["head_40"] == tma["transposed_bias"] == 3 and tma["head_40_pointers"] == 0
     assert tma["head_40_offset"] == tma["expanded"] == 0
+    assert tma["split_decode_tma"] == 2 and tma["split_decode_gqa"] == 0  # decoding reads only K and V so
     wrong = [(r["case"], r["errors"]) for r in rows if not max(r["errors"].values()) < TOLERANCE[dtype]]
     assert not wrong, wrong
     assert all(r["finite"] and r["shapes_right"] and r["dtypes_right"] and r["out_contiguous"] for r in rows), rows
     # a query row with every key masked out (a bool mask, or a bias of -inf): output 0 and dq 0
     # (as torch's math path gives), lse +inf, no NaN anywhere
     empty = {r["case"]: r for r in rows if r["empty_rows"]}
-    assert set(empty) == {"masked_row", "masked_row_causal_gqa", "neg_inf_row", "head_padding_gqa", "causal_padding"}
+    masked = {"masked_row", "masked_row_causal_gqa", "neg_inf_row", "head_padding_gqa", "causal_padding"}
+    assert set(empty) == masked | {"split_queries_rows"}
     assert all(r["empty_lse_inf"] and r["empty_out_zero"] and r["empty_dq_zero"] for r in empty.values()), empty
 
 
@@ -234,7 +245,9 @@ padded = torch.zeros(B, 1, S, 1, dtype=torch.bool)  # the whole blocks of paddin
 padded[0, :, 48:] = padded[1, :, :32] = True
 rows = {}
 causal_padding = keep & torch.ones(48, S, dtype=torch.bool).tril(S - 48)  # (B, 1, 48, S), read through a block map
-for name, L, mask in (("prefill", 20, keep), ("decode", 1, keep), ("causal_and_padding", 48, causal_padding)):
+cases = (("prefill", 20, keep, config), ("decode", 1, keep, config), ("causal_and_padding", 48, causal_padding, config),
+         ("split_decode", 1, keep, flash.INTERPRETER_DECODE))
+for name, L, mask, config in cases:
     q = torch.randn(B, Hq, L, D)
     k, v = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
     scale, dout = D ** -0.5, torch.randn(B, Hq, L, D)
@@ -368,6 +381,11 @@ def test_a_config_round_trips_through_its_string_and_its_params():
     assert str(tma) == "64x128w4s2-32x64w4s3t"
     assert FlashConfig.from_str(str(tma)) == tma and FlashConfig.from_params(tma.params()) == tma
     assert FlashConfig.from_params({k: v for k, v in config.params().items() if k != "tma"}) == config  # older specs
+    split = FlashConfig(16, 64, 4, 3, 32, 64, 4, 3, tma=1, split=512)
+    assert str(split) == "16x64w4s3-32x64w4s3tk512"
+    assert FlashConfig.from_str(str(split)) == split and FlashConfig.from_params(split.params()) == split
+    with pytest.raises(ValueError, match="split"):
+        FlashConfig(16, 64, 4, 3, 32, 64, 4, 3, split=32)  # fewer keys a program than a block
     for text in ("128x64w4s3", "128x64w4s3-32x128w8", "big"):
         with pytest.raises(ValueError, match="FlashConfig"):
             FlashConfig.from_str(text)
@@ -396,6 +414,20 @@ def test_the_gpu_space_is_small_distinct_and_fits_shared_memory(head_dim, dtype)
     if dtype != torch.float32 and head_dim <= 128:
         assert len(configs(head_dim, dtype, True, "cuda")) >= 4
         assert (128, 64) in {(c.block_m, c.block_n) for c in configs(head_dim, dtype, False, "cuda")}
+
+
+def test_decoding_gets_split_configs_and_nothing_else_does():
+    from tunesmith_triton.flash import DECODE_KEYS, DECODE_ROWS, MAX_CONFIGS, SHARED_LIMIT, configs, shared_bytes
+
+    space = configs(128, torch.bfloat16, False, "cuda", rows=4, keys=8192)  # Llama 8B: 4 query heads a kv head
+    splits = [c for c in space if c.split]
+    assert len(splits) >= 3 and len({c.split for c in splits}) == len(splits) and len(space) <= MAX_CONFIGS
+    assert any(not c.split for c in space)  # the one-pass forward still competes
+    assert all(shared_bytes(16, c.block_n, c.num_stages, 128, 128, 2) <= SHARED_LIMIT for c in splits)
+    for rows, keys, train in ((4, 8192, True), (DECODE_ROWS + 1, 8192, False), (4, DECODE_KEYS - 1, False)):
+        assert not any(c.split for c in configs(128, torch.bfloat16, train, "cuda", rows=rows, keys=keys))
+    assert any(c.split for c in configs(64, torch.float32, False, "cpu", rows=2, keys=33))  # the interpreter's
+    assert not any(c.split for c in configs(64, torch.float32, False, "cpu", rows=2, keys=32))
 
 
 def test_alignment_is_what_every_stride_and_start_allows():
@@ -463,7 +495,8 @@ def test_inputs_that_do_not_go_together_are_refused_before_any_launch():
 
 def test_every_kernel_compiles_for_hopper_with_a_mask_read_either_way():
     """The interpreter checks what the kernels compute, not that Triton can compile them: each
-    kernel that reads a boolean mask's span (a row, or the block map) is compiled here for sm90, as
+    kernel that reads a boolean mask's span (a row, or the block map), and split-KV decoding's two,
+    are compiled here for sm90, as
     a launch specialises it (16-byte aligned pointers and strides, a unit key stride), through
     the interpreter-free path the GPU takes (no GPU needed: Triton ships ptxas)."""
     import inspect
@@ -475,18 +508,18 @@ def test_every_kernel_compiles_for_hopper_with_a_mask_read_either_way():
 
     types = {n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "do_ptr", "dq_ptr", "dk_ptr", "dv_ptr")}
     types |= {"x_ptr": "*u8", "m_ptr": "*u8", "lse_ptr": "*fp32", "delta_ptr": "*fp32"}
-    types |= {"qk_scale": "fp32", "scale": "fp32"}
+    types |= {"qk_scale": "fp32", "scale": "fp32", "po_ptr": "*fp32", "plse_ptr": "*fp32"}
     descriptors = {"q_ptr": "tensordesc<bf16[1, 1, 64, 64]>", "k_ptr": "tensordesc<bf16[1, 1, 64, 64]>"}
     descriptors["v_ptr"] = descriptors["k_ptr"]
 
-    def compile_for_hopper(kernel, consts, tma=False):
+    def compile_for_hopper(kernel, consts, tma=()):
         names = list(inspect.signature(kernel.fn).parameters)
         signature, constants, attrs = {}, dict(consts), {}
         for i, name in enumerate(names):
             if name in consts or name == "s_xn":
                 signature[name] = "constexpr"
                 constants.setdefault(name, 1)  # a contiguous mask: Triton specialises a stride of 1
-            elif tma and name in descriptors:
+            elif name in tma:
                 signature[name] = descriptors[name]
             else:
                 signature[name] = types.get(name, "i32")
@@ -501,10 +534,17 @@ def test_every_kernel_compiles_for_hopper_with_a_mask_read_either_way():
         common = dict(head, SPAN=span, MAP_ACROSS=4)
         forward = dict(common, BM=64, BN=64, SCALE_FIRST=False)
         compiled = [
-            compile_for_hopper(flash._fwd_kernel, dict(forward, TMA=True), tma=True),
+            compile_for_hopper(flash._fwd_kernel, dict(forward, TMA=True), tma=("q_ptr", "k_ptr", "v_ptr")),
             compile_for_hopper(flash._fwd_kernel, dict(forward, TMA=False, CAUSAL=True)),
             compile_for_hopper(flash._bwd_kv_kernel, dict(common, BM=32, BN=64)),
             compile_for_hopper(flash._bwd_q_kernel, dict(common, BM=64, BN=32)),
         ]
         assert all(k.asm.get("cubin") for k in compiled), span
     assert compile_for_hopper(flash._block_map_kernel, {"BLOCK": 16, "CHUNK": 512}).asm.get("cubin")
+    decode = dict(head, BM=16, BN=64, SPLIT=512, SCALE_FIRST=False, SPAN=True, EMPTY=True, GROUP=4)
+    kv = ("k_ptr", "v_ptr")  # decoding reads its queries through pointers
+    assert compile_for_hopper(flash._decode_kernel, dict(decode, TMA=True), tma=kv).asm.get("cubin")
+    causal = dict(decode, TMA=False, CAUSAL=True, HAS_BIAS=False, SPAN=False)
+    assert compile_for_hopper(flash._decode_kernel, causal).asm.get("cubin")
+    combine = {"HEAD_DV": 64, "BLOCK_DV": 64, "BLOCK_S": 16}
+    assert compile_for_hopper(flash._combine_kernel, combine).asm.get("cubin")

@@ -90,10 +90,12 @@ def _tma_fits(problem: Problem) -> bool:
 
 
 def choices(name: str, problem: Problem, device_type: str) -> list[FlashChoice]:
-    q, _, v = problem.inputs[:3]
+    q, k, v = problem.inputs[:3]
     dtype = torch_dtype(q.dtype)
     head, train = max(q.shape[3], v.shape[3]), bool(problem.scalar("grad"))
-    configs = flash.configs(head, dtype, train, device_type, tma=device_type == "cuda" and _tma_fits(problem))
+    rows = q.shape[1] // k.shape[1] * q.shape[2]  # the queries of a kv head's group
+    tma = device_type == "cuda" and _tma_fits(problem)
+    configs = flash.configs(head, dtype, train, device_type, tma=tma, rows=rows, keys=k.shape[2])
     return [FlashChoice(ChoiceSpec(name, TEMPLATE, c.params()), problem) for c in configs]
 
 

@@ -6,6 +6,10 @@ backward, with grouped-query heads, a causal mask, and a boolean or additive bia
   with log2(e)). Key blocks past the causal diagonal are skipped; the blocks wholly below it (and
   wholly inside the keys) run without any mask, the rest with the causal and key-edge masks.
   It also stores each row's log-sum-exp (natural log) for the backward.
+- ``_decode_kernel`` and ``_combine_kernel``: split-KV decoding, for few queries over many keys
+  (``FlashConfig.split``). One program per ``split`` keys of one kv head takes every query of the
+  kv head's group of query heads as its rows (K and V read once for the group); the second
+  kernel weights each split's output by its share of the softmax's sum.
 - The backward is FA2's: ``_bwd_delta_kernel`` (delta = rowsum(dO * O)), ``_bwd_kv_kernel`` (one
   program per key block of one kv head, looping over the group's query heads, so dK and dV need no
   atomics) and ``_bwd_q_kernel`` (one program per query block of one query head). Each recomputes
@@ -207,10 +211,11 @@ def _fwd_blocks(
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr, EMPTY: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key blocks [lo, hi): with MASK, the key-edge and causal masks. With
-    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges)."""
+    TMA, ``k_base`` and ``v_base`` are descriptors of K and V (zeros past their edges). EMPTY: a
+    row may keep no key of a block (a mask or bias), so its running max may still be -inf."""
     if not TMA:
         k_ptrs = k_base + (lo + offs_n).to(tl.int64)[None, :] * s_kn + offs_d[:, None]
         v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * s_vn + offs_dv[None, :]
@@ -234,7 +239,7 @@ def _fwd_blocks(
                 s = tl.where(_keep(offs_m, cols, S, CAUSAL), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = m_new
-            if HAS_BIAS:  # a row masked so far: subtract 0, not -inf (no NaN)
+            if EMPTY:  # a row masked so far: subtract 0, not -inf (no NaN)
                 m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.exp2(s - m_use[:, None])
         else:  # mask the raw scores; the scale goes into one multiply-add with the row max
@@ -245,7 +250,7 @@ def _fwd_blocks(
                 qk = tl.where(_keep(offs_m, cols, S, CAUSAL), qk, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_use = m_new
-            if HAS_BIAS:
+            if EMPTY:
                 m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.exp2(qk * qk_scale - m_use[:, None])
         alpha = tl.exp2(m_i - m_use)
@@ -318,13 +323,13 @@ def _fwd_kernel(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA,
+        PRECISION, TMA, HAS_BIAS,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA,
+        PRECISION, TMA, HAS_BIAS,
     )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
@@ -337,6 +342,110 @@ def _fwd_kernel(
     o_ptrs = o_ptr + (row0 + offs_m)[:, None] * HEAD_DV + offs_dv[None, :]
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_dv[None, :] < HEAD_DV))
     tl.store(lse_ptr + row0 + offs_m, lse, mask=offs_m < L)
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, k_ptr, v_ptr, x_ptr, po_ptr, plse_ptr,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn,
+    H, HKV, L, S, SPLITS, qk_scale,
+    GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    SPLIT: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+    SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, ALIGN: tl.constexpr, TMA: tl.constexpr, SPAN: tl.constexpr,
+    EMPTY: tl.constexpr,
+):  # fmt: skip
+    """Split-KV decoding: one program per SPLIT keys of one kv head, for every query of its
+    group of query heads at once (row r is query r % L of head r // L: K and V are read once for
+    the group). Writes each row's output over its keys, normalised, and the log-sum-exp (base 2,
+    -inf where it keeps no key) to the split's slot of ``po_ptr`` and ``plse_ptr``, for
+    ``_combine_kernel``. With SPAN (one boolean mask row for every query), the key blocks outside
+    the span the group's heads keep are skipped."""
+    s_qb, s_qh, s_qm = _aligned(s_qb, ALIGN), _aligned(s_qh, ALIGN), _aligned(s_qm, ALIGN)
+    s_kb, s_kh, s_kn = _aligned(s_kb, ALIGN), _aligned(s_kh, ALIGN), _aligned(s_kn, ALIGN)
+    s_vb, s_vh, s_vn = _aligned(s_vb, ALIGN), _aligned(s_vh, ALIGN), _aligned(s_vn, ALIGN)
+    split, bkv = tl.program_id(0), tl.program_id(1)
+    b, kvh = bkv // HKV, bkv % HKV
+    r = tl.arange(0, BM)
+    inside = r < GROUP * L
+    g = tl.minimum(r // L, GROUP - 1)  # rows past the group read its last head again (never stored)
+    queries = r % L
+    h = kvh * GROUP + g
+    b64, h64, kvh64 = b.to(tl.int64), h.to(tl.int64), kvh.to(tl.int64)
+    offs_n = tl.arange(0, BN)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q_rows = q_ptr + b64 * s_qb + h64[:, None] * s_qh + queries.to(tl.int64)[:, None] * s_qm
+    q = _load2(q_rows + offs_d[None, :], r, 0, offs_d, HEAD_D, False, PAD_D)
+    x_base = x_ptr + b64 * s_xb + h64[:, None] * s_xh  # a [BM, 1] block of pointers: each row's head
+    if TMA:
+        k_base, v_base = k_ptr, v_ptr
+    else:
+        k_base = k_ptr + b64 * s_kb + kvh64 * s_kh
+        v_base = v_ptr + b64 * s_vb + kvh64 * s_vh
+    s0 = split * SPLIT
+    s1 = tl.minimum(s0 + SPLIT, S)
+    whole = s0 + ((s1 - s0) // BN) * BN  # blocks inside the split and the keys
+    lo, hi = whole, s1
+    if CAUSAL:  # torch's top-left triangle: query i keeps keys j <= i; every block is masked
+        lo = s0
+    start, unmasked_end, masked_start, end = s0, lo, lo, hi
+    if SPAN:  # the keys of this split that any head of the group keeps
+        first = tl.zeros([], dtype=tl.int32) + SPLIT
+        last = tl.full([], -1, dtype=tl.int32)
+        for gg in range(GROUP):
+            row = x_ptr + b64 * s_xb + (kvh64 * GROUP + gg) * s_xh + s0.to(tl.int64) * s_xn
+            f, e = _row_span(row, s_xn, s1 - s0)
+            first, last = tl.minimum(first, f), tl.maximum(last, e)
+        start, unmasked_end, masked_start, end = _cut(s0 + first, s0 + last, lo, hi, BN)
+    acc = tl.zeros((BM, BLOCK_DV), dtype=tl.float32)
+    l_i = tl.zeros((BM,), dtype=tl.float32)
+    m_i = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, queries, queries, offs_n, offs_d, offs_dv, b, kvh,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA, EMPTY,
+    )  # fmt: skip
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, queries, queries, offs_n, offs_d, offs_dv, b, kvh,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA, EMPTY,
+    )  # fmt: skip
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    slot = ((b64 * H + h64) * L + queries) * SPLITS + split
+    stored = inside[:, None] & (offs_dv[None, :] < HEAD_DV)
+    tl.store(po_ptr + slot[:, None] * HEAD_DV + offs_dv[None, :], out, mask=stored)
+    tl.store(plse_ptr + slot, lse2, mask=inside)
+
+
+@triton.jit
+def _combine_kernel(
+    po_ptr, plse_ptr, o_ptr, lse_ptr, SPLITS,
+    HEAD_DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """One query row of split-KV decoding: its splits' outputs weighted by their share of the
+    softmax's sum (output 0 and log-sum-exp +inf, natural log, where no split keeps a key)."""
+    row = tl.program_id(0).to(tl.int64)
+    parts = tl.arange(0, BLOCK_S)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    lse2 = tl.load(plse_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=float("-inf"))
+    top = tl.max(lse2, 0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    weight = tl.exp2(lse2 - top)
+    total = tl.sum(weight, 0)
+    part = tl.load(
+        po_ptr + (row * SPLITS + parts)[:, None] * HEAD_DV + offs_dv[None, :],
+        mask=(parts[:, None] < SPLITS) & (offs_dv[None, :] < HEAD_DV),
+        other=0.0,
+    )
+    out = tl.sum(part * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total)
+    lse = tl.where(total == 0.0, float("inf"), (top + tl.log2(total)) * 0.6931471805599453)
+    tl.store(o_ptr + row * HEAD_DV + offs_dv, out.to(o_ptr.dtype.element_ty), mask=offs_dv < HEAD_DV)
+    tl.store(lse_ptr + row, lse)
 
 
 @triton.jit
@@ -594,7 +703,7 @@ def _bwd_q_kernel(
 
 # --------------------------------------------------------------------------------------- configs
 
-_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)")
+_CONFIG_TEXT = re.compile(r"(\d+)x(\d+)w(\d+)s(\d+)-(\d+)x(\d+)w(\d+)s(\d+)(t?)(?:k(\d+))?")
 
 
 def _pow2(n: int) -> bool:
@@ -609,9 +718,12 @@ class FlashConfig:
     in the dQ kernel) and ``bwd_block_m`` the block it streams (queries for dK/dV, keys for dQ):
     both kernels keep the larger tile and loop over the smaller one, as FA2 does. ``tma`` 1: the
     forward reads Q, K and V through TMA descriptors, on GPUs that have them (sm90 and later) and
-    where every stride allows (else it reads them as the pointer path does).
-    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA) and
-    ``FlashConfig.from_str`` reads it back.
+    where every stride allows (else it reads them as the pointer path does). ``split`` above 0:
+    the forward is split-KV decoding (``_decode_kernel``): each program takes ``split`` keys of one
+    kv head for all the queries of its group (at most ``DECODE_ROWS``), and ``_combine_kernel``
+    merges the splits; ``block_m`` is then unused.
+    ``str(config)`` reads ``"128x64w4s3-32x128w8s2"`` (``t`` after it for TMA, ``k512`` for a split)
+    and ``FlashConfig.from_str`` reads it back.
     """
 
     block_m: int
@@ -623,6 +735,7 @@ class FlashConfig:
     bwd_num_warps: int
     bwd_num_stages: int
     tma: int = 0
+    split: int = 0
 
     def __attrs_post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -637,12 +750,15 @@ class FlashConfig:
                 raise ValueError(f"FlashConfig.{name} must be at least 1, not {getattr(self, name)!r}")
         if self.tma not in (0, 1):
             raise ValueError(f"FlashConfig.tma must be 0 or 1, not {self.tma!r}")
+        if self.split and not (isinstance(self.split, int) and _pow2(self.split) and self.split >= self.block_n):
+            raise ValueError(f"FlashConfig.split must be 0 or a power of two of at least block_n, not {self.split!r}")
 
     def __str__(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}w{self.num_warps}s{self.num_stages}-"
             f"{self.bwd_block_m}x{self.bwd_block_n}w{self.bwd_num_warps}s{self.bwd_num_stages}"
             + ("t" if self.tma else "")
+            + (f"k{self.split}" if self.split else "")
         )
 
     @classmethod
@@ -651,12 +767,16 @@ class FlashConfig:
         match = _CONFIG_TEXT.fullmatch(text.strip())
         if match is None:
             raise ValueError(f"not a FlashConfig: {text!r} (expected e.g. '128x64w4s3-32x128w8s2')")
-        *sizes, tma = match.groups()
-        return cls(*(int(g) for g in sizes), tma=int(tma == "t"))
+        *sizes, tma, split = match.groups()
+        return cls(*(int(g) for g in sizes), tma=int(tma == "t"), split=int(split or 0))
 
     def params(self) -> dict[str, int]:
-        """The config as a ChoiceSpec's params."""
-        return attrs.asdict(self)
+        """The config as a ChoiceSpec's params (``split`` only where set: the specs of one-pass
+        configs, and the cache entries naming them, stay what they were before it)."""
+        params = attrs.asdict(self)
+        if not self.split:
+            del params["split"]
+        return params
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> FlashConfig:
@@ -695,6 +815,14 @@ MIN_CONFIGS = 3
 #: the interpreter runs every program in numpy: small tiles, a square one and an oblong one
 #: (the oblong one reads through TMA descriptors, which the interpreter runs too)
 INTERPRETER_CONFIGS = (FlashConfig(16, 16, 4, 1, 16, 16, 4, 1), FlashConfig(32, 16, 4, 1, 16, 32, 4, 1, tma=1))
+#: split-KV decoding (a query block of a kv head's group, at most DECODE_ROWS rows): (block_n, warps,
+#: stages, keys a program) on a GPU, offered beside the first MIN_CONFIGS - 1 tiles above for an
+#: inference Problem of at least DECODE_KEYS keys; a few programs a kv head of a large batch, many
+#: of a batch of one
+GPU_DECODE = ((64, 4, 3, 512), (64, 4, 3, 2048), (64, 4, 3, 128), (128, 4, 2, 1024))
+DECODE_KEYS = 512
+#: in the interpreter: one split config where there are at least two splits
+INTERPRETER_DECODE = FlashConfig(16, 16, 4, 1, 16, 16, 4, 1, split=32)
 #: shared memory a config may plan for (the H100 has 227 KB a block; the rest is the compiler's)
 SHARED_LIMIT = 200 * 1024
 #: at most this many configs on a GPU
@@ -715,13 +843,24 @@ def shared_bytes(kept: int, streamed: int, stages: int, head_dim: int, head_dim_
     return itemsize * (kept * d + stages * streamed * (d + dv))
 
 
-def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str, tma: bool = True) -> list[FlashConfig]:
+def configs(
+    head_dim: int,
+    dtype: torch.dtype,
+    train: bool,
+    device_type: str,
+    tma: bool = True,
+    rows: int = 0,
+    keys: int = 0,
+) -> list[FlashConfig]:
     """The search space: a few GPU configs that fit shared memory for this head dim and dtype
     (forward and backward tiles paired by rank when ``train``), or two small ones for the
     interpreter (``device_type`` "cpu"). Without ``tma`` (the GPU or the inputs cannot take it)
-    the TMA tiles become pointer tiles, each tile once."""
+    the TMA tiles become pointer tiles, each tile once. Inference with few query ``rows`` a kv
+    head (its group's heads times the queries) over many ``keys`` gets split-KV decoding configs."""
+    decode = not train and 0 < rows <= DECODE_ROWS
     if device_type != "cuda":
-        return list(INTERPRETER_CONFIGS)
+        extra = [INTERPRETER_DECODE] if decode and keys > INTERPRETER_DECODE.split else []
+        return [*INTERPRETER_CONFIGS, *extra]
     size = torch.empty((), dtype=dtype).element_size()
 
     def fits(tiles: tuple[tuple[int, ...], ...], backward: bool) -> list[tuple[int, ...]]:
@@ -750,6 +889,11 @@ def configs(head_dim: int, dtype: torch.dtype, train: bool, device_type: str, tm
     def pair(f: tuple[int, ...], b: tuple[int, ...]) -> FlashConfig:
         return FlashConfig(*f[:4], *b, tma=f[4])
 
+    if decode and keys >= DECODE_KEYS:
+        size_ok = [t for t in GPU_DECODE if shared_bytes(16, t[0], t[2], head_dim, head_dim, size) <= SHARED_LIMIT]
+        tma_flag = 1 if tma else 0
+        splits = [FlashConfig(16, bn, w, st, *backward_tiles[0], tma=tma_flag, split=k) for bn, w, st, k in size_ok]
+        return [*splits, *(pair(f, backward_tiles[0]) for f in forward_tiles[: MIN_CONFIGS - 1])]
     if not train:
         return [pair(f, backward_tiles[0]) for f in forward_tiles[:MAX_CONFIGS]]
     count = min(MAX_CONFIGS, max(len(forward_tiles), len(backward_tiles)))
@@ -920,6 +1064,8 @@ def forward(
     if out.numel() == 0 or S == 0:  # no keys: every row is masked out
         return out.zero_(), lse.fill_(float("inf"))
     x, xs, has_bias, is_bool = _bias(bias, (B, Hq, L, S), q)
+    if config.split:
+        return _decode(q, k, v, x, xs, has_bias, is_bool, causal, scale, config, out, lse)
     bm = min(config.block_m, _next_pow2(L))
     bn = min(config.block_n, _next_pow2(S))
     meta = {
@@ -946,6 +1092,66 @@ def forward(
         _fwd_kernel[(triton.cdiv(L, bm), B * Hq)](
             *reads, x, blocks, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *ms[:2],
             Hq, L, S, *ms[2:], float(scale) * LOG2E, **meta, num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+    return out, lse
+
+
+#: the most query rows (the queries of a kv head's group of query heads) split-KV decoding takes
+DECODE_ROWS = 64
+
+
+def _decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    x: torch.Tensor,
+    xs: tuple[int, ...],
+    has_bias: bool,
+    is_bool: bool,
+    causal: bool,
+    scale: float,
+    config: FlashConfig,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``forward`` by split-KV decoding (``config.split`` keys a program), into ``out`` and ``lse``."""
+    B, Hq, Hkv, L, S, D, Dv = _shapes(q, k, v)
+    group = Hq // Hkv
+    if group * L > DECODE_ROWS:
+        raise ValueError(f"split-KV decoding takes at most {DECODE_ROWS} queries a kv head, not {group * L}")
+    bn = min(config.block_n, _next_pow2(S))
+    split = max(config.split, bn)
+    splits = triton.cdiv(S, split)
+    parts = torch.empty((B, Hq, L, splits, Dv), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((B, Hq, L, splits), dtype=torch.float32, device=q.device)
+    meta = {
+        **_head_meta(D, Dv),
+        "GROUP": group,
+        "BM": _next_pow2(group * L),
+        "BN": bn,
+        "SPLIT": split,
+        "CAUSAL": bool(causal),
+        "HAS_BIAS": has_bias,
+        "BIAS_BOOL": is_bool,
+        "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
+        "PRECISION": _precision(q.dtype),
+        "ALIGN": _alignment(q, k, v),
+        "TMA": bool(config.tma) and _tma_reads(k, v),
+        "SPAN": span_kind(xs, is_bool, L) == SPAN_ROW,
+        "EMPTY": has_bias or bool(causal),
+    }
+    reads: tuple[Any, ...] = (k, v)
+    if meta["TMA"]:
+        reads = (_descriptor(k, bn, meta["BLOCK_D"]), _descriptor(v, bn, meta["BLOCK_DV"]))
+    with _device(q):
+        _decode_kernel[(splits, B * Hkv)](
+            q, *reads, x, parts, part_lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs,
+            Hq, Hkv, L, S, splits, float(scale) * LOG2E, **meta,
+            num_warps=config.num_warps, num_stages=config.num_stages,
+        )  # fmt: skip
+        _combine_kernel[(B * Hq * L,)](
+            parts, part_lse, out, lse, splits,
+            HEAD_DV=Dv, BLOCK_DV=meta["BLOCK_DV"], BLOCK_S=max(2, _next_pow2(splits, 2)), num_warps=4,
         )  # fmt: skip
     return out, lse
 
