@@ -430,6 +430,17 @@ def test_decoding_gets_split_configs_and_nothing_else_does():
     assert not any(c.split for c in configs(64, torch.float32, False, "cpu", rows=2, keys=32))
 
 
+def test_split_decoding_cuts_a_row_into_at_most_max_splits():
+    from tunesmith_triton.flash import MAX_SPLITS, FlashConfig, decode_splits
+
+    config = FlashConfig(16, 64, 4, 3, 32, 64, 4, 3, split=128)
+    assert decode_splits(8192, config) == (128, 64)
+    assert decode_splits(100, config) == (128, 1)
+    for keys in (8193, 131072, 10**6):
+        split, splits = decode_splits(keys, config)
+        assert splits <= MAX_SPLITS and split * splits >= keys and split >= 128 and split & (split - 1) == 0
+
+
 def test_alignment_is_what_every_stride_and_start_allows():
     from tunesmith_triton.flash import _alignment
 

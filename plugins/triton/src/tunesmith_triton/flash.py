@@ -387,8 +387,9 @@ def _decode_kernel(
     s1 = tl.minimum(s0 + SPLIT, S)
     whole = s0 + ((s1 - s0) // BN) * BN  # blocks inside the split and the keys
     lo, hi = whole, s1
-    if CAUSAL:  # torch's top-left triangle: query i keeps keys j <= i; every block is masked
+    if CAUSAL:  # torch's top-left triangle: query i keeps keys j <= i < L; every block is masked
         lo = s0
+        hi = tl.minimum(s1, L)
     start, unmasked_end, masked_start, end = s0, lo, lo, hi
     if SPAN:  # the keys of this split that any head of the group keeps
         first = tl.zeros([], dtype=tl.int32) + SPLIT
@@ -1098,6 +1099,16 @@ def forward(
 
 #: the most query rows (the queries of a kv head's group of query heads) split-KV decoding takes
 DECODE_ROWS = 64
+#: the most splits a query row is cut into (each program then takes more keys than its config's
+#: ``split``): ``_combine_kernel`` holds every split's output of a row in registers at once
+MAX_SPLITS = 64
+
+
+def decode_splits(keys: int, config: FlashConfig) -> tuple[int, int]:
+    """(keys a program, programs a kv head) of split-KV decoding over ``keys``: the config's
+    ``split``, made larger where it would cut a row into more than ``MAX_SPLITS``."""
+    split = max(config.split, min(config.block_n, _next_pow2(keys)), _next_pow2(triton.cdiv(keys, MAX_SPLITS)))
+    return split, triton.cdiv(keys, split)
 
 
 def _decode(
@@ -1120,8 +1131,7 @@ def _decode(
     if group * L > DECODE_ROWS:
         raise ValueError(f"split-KV decoding takes at most {DECODE_ROWS} queries a kv head, not {group * L}")
     bn = min(config.block_n, _next_pow2(S))
-    split = max(config.split, bn)
-    splits = triton.cdiv(S, split)
+    split, splits = decode_splits(S, config)
     parts = torch.empty((B, Hq, L, splits, Dv), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((B, Hq, L, splits), dtype=torch.float32, device=q.device)
     meta = {
