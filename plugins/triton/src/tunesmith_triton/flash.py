@@ -890,10 +890,9 @@ def configs(
     def pair(f: tuple[int, ...], b: tuple[int, ...]) -> FlashConfig:
         return FlashConfig(*f[:4], *b, tma=f[4])
 
-    if decode and keys >= DECODE_KEYS:
-        size_ok = [t for t in GPU_DECODE if shared_bytes(16, t[0], t[2], head_dim, head_dim, size) <= SHARED_LIMIT]
-        tma_flag = 1 if tma else 0
-        splits = [FlashConfig(16, bn, w, st, *backward_tiles[0], tma=tma_flag, split=k) for bn, w, st, k in size_ok]
+    fit = [t for t in GPU_DECODE if shared_bytes(16, t[0], t[2], head_dim, head_dim, size) <= SHARED_LIMIT]
+    if decode and keys >= DECODE_KEYS and fit:
+        splits = [FlashConfig(16, bn, w, st, *backward_tiles[0], tma=int(tma), split=k) for bn, w, st, k in fit]
         return [*splits, *(pair(f, backward_tiles[0]) for f in forward_tiles[: MIN_CONFIGS - 1])]
     if not train:
         return [pair(f, backward_tiles[0]) for f in forward_tiles[:MAX_CONFIGS]]
