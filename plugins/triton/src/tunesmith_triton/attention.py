@@ -2,7 +2,8 @@
 
 The template runs what torch's fused backends refuse as one kernel too: a boolean mask or an
 additive bias of any broadcast (padding, relative position bias, ALiBi) read in the loop,
-grouped-query heads, causal masking, and the backward of each (not the bias's own gradient).
+grouped-query heads, causal masking, and the backward of each (not the bias's own gradient). It
+skips the key blocks a boolean mask masks whole, and decodes (few queries, many keys) split-KV.
 """
 
 from __future__ import annotations
