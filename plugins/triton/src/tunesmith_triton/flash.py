@@ -268,6 +268,31 @@ def _fwd_blocks(
 
 
 @triton.jit
+def _fwd_ranges(
+    acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+    s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, masked_start, end,
+    HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
+    EMPTY: tl.constexpr,
+):  # fmt: skip
+    """``_fwd_blocks`` over key blocks [start, unmasked_end) without masks, then over
+    [masked_start, end) with them."""
+    acc, l_i, m_i = _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA, EMPTY,
+    )  # fmt: skip
+    return _fwd_blocks(
+        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        PRECISION, TMA, EMPTY,
+    )  # fmt: skip
+
+
+@triton.jit
 def _fwd_kernel(
     q_ptr, k_ptr, v_ptr, x_ptr, m_ptr, o_ptr, lse_ptr,
     s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_mb, s_mh,
@@ -319,16 +344,10 @@ def _fwd_kernel(
         m_base = m_ptr + b64 * s_mb + h64 * s_mh
         first, last = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
         start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
-    acc, l_i, m_i = _fwd_blocks(
+    acc, l_i, m_i = _fwd_ranges(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, HAS_BIAS,
-    )  # fmt: skip
-    acc, l_i, m_i = _fwd_blocks(
-        acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, masked_start, end,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
         PRECISION, TMA, HAS_BIAS,
     )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
@@ -402,16 +421,10 @@ def _decode_kernel(
     acc = tl.zeros((BM, BLOCK_DV), dtype=tl.float32)
     l_i = tl.zeros((BM,), dtype=tl.float32)
     m_i = tl.full((BM,), float("-inf"), dtype=tl.float32)
-    acc, l_i, m_i = _fwd_blocks(
+    acc, l_i, m_i = _fwd_ranges(
         acc, l_i, m_i, q, k_base, v_base, x_base, queries, queries, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, EMPTY,
-    )  # fmt: skip
-    acc, l_i, m_i = _fwd_blocks(
-        acc, l_i, m_i, q, k_base, v_base, x_base, queries, queries, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
-        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, True, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, masked_start, end,
+        HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
         PRECISION, TMA, EMPTY,
     )  # fmt: skip
     empty = l_i == 0.0
