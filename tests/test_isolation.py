@@ -256,6 +256,17 @@ def test_the_worker_uses_the_callers_float32_matmul_precision(install):
     assert [math.isfinite(ms) for ms in sel.timings.values()] == [True]
 
 
+def test_the_worker_times_a_mask_with_the_callers_values(install):
+    """A kernel may skip what a mask masks, so its time depends on the mask: the worker gets the
+    caller's boolean inputs (tunesmith.bench.masks), here a key-padding view expanded over the
+    queries, whose kernel raises on any other mask."""
+    install("bench")
+    q, k, v = rand(2, 2, 4, 8), rand(2, 2, 16, 8), rand(2, 2, 16, 8)
+    mask = (torch.arange(16) < 8)[None, None, None, :].expand(2, 1, 4, 16)
+    sel = tunesmith.tune("attention", q, k, v, attn_mask=mask, options={**SUBPROCESS, "backends": ["fixture_mask"]})
+    assert [math.isfinite(ms) for ms in sel.timings.values()] == [True], sel.timings
+
+
 def test_a_graph_that_may_hold_a_gemm_starts_the_worker_while_it_compiles_and_tuning_uses_it():
     from tunesmith.compile.backend import _prepare_benchmarker
     from tunesmith.settings import current_options

@@ -92,6 +92,39 @@ def test_on_the_gpu_copies_of_the_inputs_fill_twice_the_l2_cache_with_their_layo
 
 
 @needs_gpu
+def test_on_the_gpu_every_input_set_holds_the_callers_mask():
+    from tunesmith.bench.timing import rotating_inputs
+    from tunesmith.problem import build_problem
+
+    q, k = torch.randn(2, 4, 64, 64, device="cuda"), torch.randn(2, 4, 256, 64, device="cuda")
+    mask = (torch.arange(256, device="cuda") < 100)[None, None, None, :].expand(2, 1, 64, 256)
+    problem, inputs = build_problem("attention", [q, k, k, mask], {})
+    sets = rotating_inputs(problem, inputs)
+    assert len(sets) > 1 and all(s[3] is inputs[3] for s in sets)
+    assert all(not torch.equal(s[0], inputs[0]) for s in sets[1:])  # the rest are random copies
+
+
+def test_boolean_inputs_travel_to_the_worker_as_bits_with_their_layout():
+    """``tunesmith.bench.masks``: the storage each boolean view reaches, expanded, offset or
+    strided, comes back equal, with its strides and offset; other inputs do not travel."""
+    from tunesmith.bench import masks
+    from tunesmith.problem import tensor_meta
+
+    expanded = (torch.arange(77) < 30)[None, None, None, :].expand(3, 1, 5, 77)
+    offset = (torch.rand(200) > 0.3)[7:73].view(2, 3, 11)
+    strided = (torch.rand(4, 9, 13) > 0.5)[:, ::2, 1:]
+    given = [torch.randn(2, 2), expanded, offset, strided]
+    metas = [tensor_meta(t) for t in given]
+    values = masks.payload(metas, given)
+    assert sorted(values) == ["1", "2", "3"] and all(isinstance(v, str) for v in values.values())
+    got = [torch.zeros(1) for _ in given]
+    masks.apply(metas, got, values, torch.device("cpu"))
+    for want, back in zip(given[1:], got[1:], strict=True):
+        assert torch.equal(back, want) and back.stride() == want.stride()
+        assert back.storage_offset() == want.storage_offset()
+
+
+@needs_gpu
 def test_a_kernel_timed_in_a_graph_takes_what_its_calls_take_back_to_back():
     from tunesmith.bench.timing import time_in_graph
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from tunesmith import hooks
-from tunesmith.bench import pool
+from tunesmith.bench import masks, pool
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, InprocessBenchmarker, mark_compiled, time_inprocess
 from tunesmith.bench.isolated import time_isolated
 from tunesmith.bench.timing import check_output
@@ -74,7 +74,8 @@ class DefaultBenchmarker:
             specs = [choices[i].spec for i in away]
             baseline = [choices[i] for i in away if choices[i].spec.backend == hooks.BASELINE_BACKEND]
             ready = _ready_here(problem, baseline, device)
-            isolated, start = time_isolated(problem, specs, self.options, device, start, ready)
+            values = masks.payload(problem.inputs, inputs)
+            isolated, start = time_isolated(problem, specs, self.options, device, start, ready, values)
             for i, timing in zip(away, isolated, strict=True):
                 timings[i] = timing
         if here:

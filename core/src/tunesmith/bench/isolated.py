@@ -55,9 +55,18 @@ class Outcome:
 class IsolatedRun:
     """One Problem's choices, precompiled and timed in the worker of one device."""
 
-    def __init__(self, slot: pool.Slot, problem: Problem, specs: Sequence[ChoiceSpec], options: Options, start: float):
+    def __init__(
+        self,
+        slot: pool.Slot,
+        problem: Problem,
+        specs: Sequence[ChoiceSpec],
+        options: Options,
+        start: float,
+        bool_inputs: dict[str, str] | None = None,
+    ):
         self.slot = slot
         self.problem = problem
+        self.bool_inputs = bool_inputs or {}
         self.specs = list(specs)
         self.options = options
         self.start = start
@@ -83,6 +92,8 @@ class IsolatedRun:
             # the caller's TF32 permissions: they decide which kernels a float32 problem may use
             "fp32_precision": torch.get_float32_matmul_precision(),
             "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            # the caller's masks (tunesmith.bench.masks): a kernel's time may depend on them
+            "bool_inputs": self.bool_inputs,
         }
         outcome = self._jobs(worker, [("setup", -1, setup)], max(self.options.bench_timeout_s, STARTUP_TIMEOUT_S))
         reply = outcome.results.get(-1)
@@ -227,14 +238,17 @@ def time_isolated(
     device: torch.device,
     start: float,
     beside: Callable[[], Callable[[], None]] = lambda: lambda: None,
+    bool_inputs: dict[str, str] | None = None,
 ) -> tuple[list[Timing], float]:
     """Precompile and time ``specs`` in ``device``'s worker: one Timing each, in order, and the
     budget's start moved past any worker start-up (for the choices timed after these).
+    ``bool_inputs`` are the caller's masks (``tunesmith.bench.masks.payload``), which the worker
+    uses instead of random ones.
     ``beside`` starts the caller's own work once the device is this run's, to run beside the
     precompiles; the wait it returns is called before the first timing."""
     slot = pool.slot(device)
     with slot.lock:
-        run = IsolatedRun(slot, problem, specs, options, start)
+        run = IsolatedRun(slot, problem, specs, options, start, bool_inputs)
         try:
             return _precompile_and_time(run, specs, options, beside()), run.start
         except BaseException:

@@ -22,7 +22,7 @@ import attrs
 import torch
 
 from tunesmith.problem import tensor_like
-from tunesmith_hookspecs import Problem
+from tunesmith_hookspecs import Problem, TensorMeta
 
 log = logging.getLogger(__name__)
 
@@ -158,13 +158,19 @@ def _span_bytes(t: torch.Tensor) -> int:
 
 def rotating_inputs(problem: Problem, inputs: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
     """``inputs`` and enough random copies of the Problem's inputs that reading them all in turn
-    evicts the L2 cache (``FLUSH_FACTOR`` times its size, at most ``MAX_INPUT_COPIES`` sets)."""
+    evicts the L2 cache (``FLUSH_FACTOR`` times its size, at most ``MAX_INPUT_COPIES`` sets). A
+    boolean input (a mask) is the caller's own in every set (``tunesmith.bench.masks``)."""
     device = inputs[0].device if inputs else torch.device("cpu")
     if device.type != "cuda":
         return [tuple(inputs)]
-    nbytes = sum(_span_bytes(t) for t in inputs) or 1
+    nbytes = sum(_span_bytes(t) for t in inputs if t.dtype != torch.bool) or 1
     copies = min(MAX_INPUT_COPIES, max(1, math.ceil(FLUSH_FACTOR * _l2_bytes(device) / nbytes)))
-    return [tuple(inputs)] + [tuple(tensor_like(meta, device) for meta in problem.inputs) for _ in range(copies - 1)]
+
+    def copy(index: int, meta: TensorMeta) -> torch.Tensor:
+        given = inputs[index] if index < len(inputs) else None
+        return given if given is not None and given.dtype == torch.bool else tensor_like(meta, device)
+
+    return [tuple(inputs)] + [tuple(copy(i, meta) for i, meta in enumerate(problem.inputs)) for _ in range(copies - 1)]
 
 
 def _event_ms(fn: Callable[[], Any]) -> float:

@@ -3,8 +3,10 @@
 It loads the entry-point plugins named in PLUGINS (a JSON list), then serves jobs read as JSON
 lines on stdin, answering on the stdout it had at start (anything else printed goes to stderr):
 
-- ``{"job": j, "kind": "setup", "problem", "specs", "options"}``: make random inputs of the
-  Problem's layout and rebuild every spec into a choice (choices never cross the process boundary);
+- ``{"job": j, "kind": "setup", "problem", "specs", "options", "bool_inputs"}``: make random
+  inputs of the Problem's layout, but the boolean ones (masks) from the caller's values in
+  ``bool_inputs`` (:mod:`tunesmith.bench.masks`), and rebuild every spec into a choice (choices
+  never cross the process boundary);
 - ``{"job": j, "kind": "precompile", "index": i, "budget_left_s"}``: precompile choice ``i`` on one
   of ``compile_threads`` threads (with ``compile_in`` processes, first in a compile process, see
   :mod:`tunesmith.bench.compile_pool`, then here, where it loads what that one compiled);
@@ -94,6 +96,7 @@ class Server:
         import torch
 
         from tunesmith import hooks
+        from tunesmith.bench import masks
         from tunesmith.config import from_payload
         from tunesmith.problem import tensor_like
         from tunesmith.settings import current_options
@@ -107,10 +110,12 @@ class Server:
         problem = structure(job["problem"], Problem)
         specs = [structure(raw, ChoiceSpec) for raw in job["specs"]]
         choices = hooks.rebuild_choices(specs, problem, options)
+        inputs = [tensor_like(meta, self.device) for meta in problem.inputs]
+        masks.apply(problem.inputs, inputs, job.get("bool_inputs", {}), self.device)
         self.session = {
             "problem": problem,
             "options": options,
-            "inputs": [tensor_like(meta, self.device) for meta in problem.inputs],
+            "inputs": inputs,
             "choices": choices,
             "precompiled": set(),
             # what a compile process rebuilds the choices from
