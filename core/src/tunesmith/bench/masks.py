@@ -14,18 +14,13 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from tunesmith.problem import _storage_size
 from tunesmith_hookspecs import TensorMeta
 
 log = logging.getLogger(__name__)
 
 #: a boolean input of more storage elements than this is random in the worker (8 MiB of bits)
 MAX_ELEMENTS = 64 * 1024 * 1024
-
-
-def _storage_elements(meta: TensorMeta) -> int:
-    from tunesmith.problem import _storage_size
-
-    return _storage_size(meta)
 
 
 #: the weight of each of a byte's eight bits, first bit highest
@@ -52,7 +47,7 @@ def payload(metas: Sequence[TensorMeta], inputs: Sequence[torch.Tensor]) -> dict
     for index, (meta, t) in enumerate(zip(metas, inputs, strict=False)):
         if t.dtype != torch.bool:
             continue
-        size = _storage_elements(meta)
+        size = _storage_size(meta)
         if size > MAX_ELEMENTS:
             log.debug("input %d: a boolean tensor of %d elements is timed with random values", index, size)
             continue
@@ -68,5 +63,5 @@ def apply(
     for key, bits in values.items():
         index = int(key)
         meta = metas[index]
-        storage = _unpack(base64.b64decode(bits), _storage_elements(meta)).to(device)
+        storage = _unpack(base64.b64decode(bits), _storage_size(meta)).to(device)
         inputs[index] = storage.as_strided(meta.shape, meta.stride, meta.storage_offset)

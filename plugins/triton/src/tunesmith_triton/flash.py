@@ -1077,24 +1077,21 @@ def forward(
     if out.numel() == 0 or S == 0:  # no keys: every row is masked out
         return out.zero_(), lse.fill_(float("inf"))
     x, xs, has_bias, is_bool = _bias(bias, (B, Hq, L, S), q)
-    if config.split:
-        return _decode(q, k, v, x, xs, has_bias, is_bool, causal, scale, config, out, lse)
-    bm = min(config.block_m, _next_pow2(L))
-    bn = min(config.block_n, _next_pow2(S))
-    meta = {
+    shared = {  # what the one-pass forward and split-KV decoding both specialise on
         **_head_meta(D, Dv),
         "GROUP": Hq // Hkv,
-        "BM": bm,
-        "BN": bn,
         "CAUSAL": bool(causal),
         "HAS_BIAS": has_bias,
         "BIAS_BOOL": is_bool,
         "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
         "PRECISION": _precision(q.dtype),
         "ALIGN": _alignment(q, k, v),
-        "SPAN": span_kind(xs, is_bool, L),
-        "MAP_ACROSS": _map_across(bm),
     }
+    if config.split:
+        return _decode(q, k, v, x, xs, shared, scale, config, out, lse)
+    bm = min(config.block_m, _next_pow2(L))
+    bn = min(config.block_n, _next_pow2(S))
+    meta = {**shared, "BM": bm, "BN": bn, "SPAN": span_kind(xs, is_bool, L), "MAP_ACROSS": _map_across(bm)}
     blocks, ms = _block_map(x, xs, meta["SPAN"])
     meta["TMA"] = bool(config.tma) and _tma_reads(q, k, v)
     reads: tuple[Any, ...] = (q, k, v)
@@ -1129,17 +1126,16 @@ def _decode(
     v: torch.Tensor,
     x: torch.Tensor,
     xs: tuple[int, ...],
-    has_bias: bool,
-    is_bool: bool,
-    causal: bool,
+    shared: dict[str, Any],
     scale: float,
     config: FlashConfig,
     out: torch.Tensor,
     lse: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``forward`` by split-KV decoding (``config.split`` keys a program), into ``out`` and ``lse``."""
-    B, Hq, Hkv, L, S, D, Dv = _shapes(q, k, v)
-    group = Hq // Hkv
+    """``forward`` by split-KV decoding (``config.split`` keys a program), into ``out`` and ``lse``,
+    with ``forward``'s checked inputs and its ``shared`` specialisation."""
+    (B, Hq, L, Dv), (Hkv, S) = out.shape, k.shape[1:3]
+    group = shared["GROUP"]
     if group * L > DECODE_ROWS:
         raise ValueError(f"split-KV decoding takes at most {DECODE_ROWS} queries a kv head, not {group * L}")
     bn = min(config.block_n, _next_pow2(S))
@@ -1147,20 +1143,13 @@ def _decode(
     parts = torch.empty((B, Hq, L, splits, Dv), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((B, Hq, L, splits), dtype=torch.float32, device=q.device)
     meta = {
-        **_head_meta(D, Dv),
-        "GROUP": group,
+        **shared,
         "BM": _next_pow2(group * L),
         "BN": bn,
         "SPLIT": split,
-        "CAUSAL": bool(causal),
-        "HAS_BIAS": has_bias,
-        "BIAS_BOOL": is_bool,
-        "SCALE_FIRST": (has_bias and not is_bool) or not scale > 0,
-        "PRECISION": _precision(q.dtype),
-        "ALIGN": _alignment(q, k, v),
         "TMA": bool(config.tma) and _tma_reads(k, v),
-        "SPAN": span_kind(xs, is_bool, L) == SPAN_ROW,
-        "EMPTY": has_bias or bool(causal),
+        "SPAN": span_kind(xs, shared["BIAS_BOOL"], L) == SPAN_ROW,
+        "EMPTY": shared["HAS_BIAS"] or shared["CAUSAL"],
     }
     reads: tuple[Any, ...] = (k, v)
     if meta["TMA"]:
