@@ -504,6 +504,23 @@ def test_inputs_that_do_not_go_together_are_refused_before_any_launch():
         forward(q, q, q, torch.ones(1, 1, 8, 8, dtype=torch.int32), False, 0.25, config)
 
 
+def _dot_loops_reading_bytes(ttir: str) -> list[bool]:
+    """For each innermost loop of Triton IR that has a ``tt.dot``, whether it loads bytes (a mask)."""
+    lines, out = ttir.splitlines(), []
+    for i, line in enumerate(lines):
+        if "scf.for" not in line:
+            continue
+        indent = len(line) - len(line.lstrip())
+        body = []
+        for inner in lines[i + 1 :]:
+            if inner.startswith(" " * indent + "}") and len(inner) - len(inner.lstrip()) == indent:
+                break
+            body.append(inner)
+        if any("tt.dot" in b for b in body) and not any("scf.for" in b for b in body):
+            out.append(any("tt.load" in b and "ptr<i8>" in b for b in body))
+    return out
+
+
 def test_every_kernel_compiles_for_hopper_with_a_mask_read_either_way():
     """The interpreter checks what the kernels compute, not that Triton can compile them: each
     kernel that reads a boolean mask's span (a row, or the block map), and split-KV decoding's two,
@@ -551,6 +568,13 @@ def test_every_kernel_compiles_for_hopper_with_a_mask_read_either_way():
             compile_for_hopper(flash._bwd_q_kernel, dict(common, BM=64, BN=32)),
         ]
         assert all(k.asm.get("cubin") for k in compiled), span
+        # a key-padding row is read only on the blocks it does not keep whole: each kernel has a
+        # loop of blocks that loads no byte of it; the block map's kernels read the mask on all
+        reads = [_dot_loops_reading_bytes(k.asm["ttir"]) for k in compiled]
+        if span == flash.SPAN_ROW:
+            assert all(False in loops and True in loops for loops in reads), reads
+        else:
+            assert all(loops and all(loops) for loops in reads), reads
     assert compile_for_hopper(flash._block_map_kernel, {"BLOCK": 16, "CHUNK": 512}).asm.get("cubin")
     decode = dict(head, BM=16, BN=64, SPLIT=512, SCALE_FIRST=False, SPAN=True, EMPTY=True, GROUP=4)
     kv = ("k_ptr", "v_ptr")  # decoding reads its queries through pointers

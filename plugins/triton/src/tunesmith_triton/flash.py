@@ -95,16 +95,20 @@ SPAN_NONE, SPAN_ROW, SPAN_MAP = 0, 1, 2
 
 @triton.jit
 def _row_span(base, s_x, n):
-    """(first, last) index of a row of ``n`` 0/1 bytes at ``base`` that is 1: (n, -1) where none is."""
+    """(first, last) index of a row of ``n`` 0/1 bytes at ``base`` that is 1, (n, -1) where none is;
+    and [full start, full end), the same run where every byte between them is 1, else empty."""
     offs = tl.arange(0, SPAN_TILE)
     first = tl.zeros([], dtype=tl.int32) + n  # a tensor even where n is specialised to 1
     last = tl.full([], -1, dtype=tl.int32)
+    count = tl.zeros([], dtype=tl.int32)
     for start in range(0, n, SPAN_TILE):
         at = start + offs
         kept = tl.load(base + at.to(tl.int64) * s_x, mask=at < n, other=0) != 0
         first = tl.minimum(first, tl.min(tl.where(kept, at, n), 0))
         last = tl.maximum(last, tl.max(tl.where(kept, at, -1), 0))
-    return first, last
+        count += tl.sum(kept.to(tl.int32), 0)
+    whole = count == last - first + 1
+    return first, last, tl.where(whole, first, 0), tl.where(whole, last + 1, 0)
 
 
 @triton.jit
@@ -129,18 +133,20 @@ def _span(base, s_along, s_across, n_along, n_across, ACROSS: tl.constexpr):
 def _key_span(
     x_base, s_xn, m_base, NL, NS, m0, S, BM: tl.constexpr, SPAN: tl.constexpr, MAP_ACROSS: tl.constexpr,
 ):  # fmt: skip
-    """(first, last) key that the mask keeps for some query of rows [m0, m0 + BM): from the one
-    mask row at ``x_base`` (SPAN_ROW), or from the rows of the block map at ``m_base`` (SPAN_MAP:
-    NL rows of NS entries; MAP_ACROSS, at least 2, covers BM rows). Last is -1 where it keeps none."""
+    """(first, last) key that the mask keeps for some query of rows [m0, m0 + BM), last -1 where it
+    keeps none: from the one mask row at ``x_base`` (SPAN_ROW), or from the rows of the block map
+    at ``m_base`` (SPAN_MAP: NL rows of NS entries; MAP_ACROSS, at least 2, covers BM rows). And,
+    for SPAN_ROW, [full start, full end): the keys it keeps where they run unbroken, else empty."""
     if SPAN == 1:
-        first, last = _row_span(x_base, s_xn, S)
+        first, last, full_start, full_end = _row_span(x_base, s_xn, S)
     else:
         i0 = m0 // MAP_BLOCK
         map_rows = tl.minimum(BM // MAP_BLOCK, NL - i0)
         first, last = _span(m_base + i0 * NS, 1, NS, NS, map_rows, MAP_ACROSS)
         first = first * MAP_BLOCK
         last = tl.minimum(last * MAP_BLOCK + MAP_BLOCK - 1, S - 1)
-    return first, last
+        full_start, full_end = first, first
+    return first, last, full_start, full_end
 
 
 @triton.jit
@@ -150,17 +156,20 @@ def _query_span(
 ):  # fmt: skip
     """(start, stop) of the query blocks that keep any key ``cols`` of a key block at ``n0``: all
     of them or none for one mask row at ``x_base`` (SPAN_ROW); for SPAN_MAP, from the block map's
-    columns at ``m_base``, the first block row that keeps one to the last."""
+    columns at ``m_base``, the first block row that keeps one to the last. And, for SPAN_ROW, the
+    queries that keep every one of the keys: all of them or none."""
     if SPAN == 1:
-        kept = tl.max((tl.load(x_base + cols.to(tl.int64) * s_xn) != 0).to(tl.int32), 0)
+        x = (tl.load(x_base + cols.to(tl.int64) * s_xn) != 0).to(tl.int32)
         q_start = tl.zeros([], dtype=tl.int32)
-        q_stop = tl.where(kept > 0, L, 0)
+        q_stop = tl.where(tl.max(x, 0) > 0, L, 0)
+        full_start, full_end = q_start, tl.where(tl.min(x, 0) > 0, L, 0)
     else:
         j0 = n0 // MAP_BLOCK
         first, last = _span(m_base + j0, NS, 1, NL, tl.minimum(BN // MAP_BLOCK, NS - j0), MAP_ACROSS)
         q_start = (first * MAP_BLOCK // BM) * BM
         q_stop = tl.minimum(last * MAP_BLOCK + MAP_BLOCK, L)
-    return q_start, q_stop
+        full_start, full_end = q_start, q_start
+    return q_start, q_stop, full_start, full_end
 
 
 @triton.jit
@@ -170,6 +179,17 @@ def _cut(first, last, lo, hi, BN: tl.constexpr):
     masked start, end), empty where ``last`` is -1."""
     start = (first // BN) * BN
     return start, tl.minimum(lo, last + 1), tl.maximum(lo, start), tl.minimum(hi, last + 1)
+
+
+@triton.jit
+def _plain(unmasked_end, start, full_start, full_end, BN: tl.constexpr):
+    """The whole key blocks of [full_start, full_end) (keys the mask keeps for every query) in
+    ``_cut``'s unmasked range [start, unmasked_end): (plain start, plain end), both unmasked_end
+    where there is none, so that [start, plain start) and [plain end, unmasked_end) are the rest."""
+    plain_start = tl.maximum(tl.cdiv(full_start, BN) * BN, start)
+    plain_end = tl.minimum((full_end // BN) * BN, unmasked_end)
+    some = plain_end > plain_start
+    return tl.where(some, plain_start, unmasked_end), tl.where(some, plain_end, unmasked_end)
 
 
 @triton.jit
@@ -270,20 +290,34 @@ def _fwd_blocks(
 @triton.jit
 def _fwd_ranges(
     acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-    s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, masked_start, end,
+    s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, plain_start, plain_end, unmasked_end, masked_start, end,
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
     BIAS_BOOL: tl.constexpr, SCALE_FIRST: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
-    EMPTY: tl.constexpr,
+    EMPTY: tl.constexpr, PLAIN: tl.constexpr,
 ):  # fmt: skip
-    """``_fwd_blocks`` over key blocks [start, unmasked_end) without masks, then over
-    [masked_start, end) with them."""
+    """``_fwd_blocks`` over key blocks [start, unmasked_end) without the causal and edge masks (with
+    PLAIN, [plain_start, plain_end) of them without the bias either: keys a boolean mask keeps for
+    every row), then over [masked_start, end) with them."""
     acc, l_i, m_i = _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, plain_start,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
         PRECISION, TMA, EMPTY,
     )  # fmt: skip
+    if PLAIN:
+        acc, l_i, m_i = _fwd_blocks(
+            acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+            s_kn, s_vn, s_xm, s_xn, S, qk_scale, plain_start, plain_end,
+            HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, False, BIAS_BOOL, SCALE_FIRST,
+            PRECISION, TMA, False,
+        )  # fmt: skip
+        acc, l_i, m_i = _fwd_blocks(
+            acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
+            s_kn, s_vn, s_xm, s_xn, S, qk_scale, plain_end, unmasked_end,
+            HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
+            PRECISION, TMA, EMPTY,
+        )  # fmt: skip
     return _fwd_blocks(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
@@ -340,15 +374,19 @@ def _fwd_kernel(
         hi = S
         lo = whole
     start, unmasked_end, masked_start, end = 0, lo, lo, hi
-    if SPAN:
+    plain_start, plain_end = lo, lo
+    if SPAN:  # skip the blocks the mask keeps no key of; read it on no block it keeps wholly
         m_base = m_ptr + b64 * s_mb + h64 * s_mh
-        first, last = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
+        first, last, full_start, full_end = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
         start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
+        plain_start, plain_end = unmasked_end, unmasked_end
+        if SPAN == 1:  # a row of keys: its kept keys run unbroken, or the mask is read on every block
+            plain_start, plain_end = _plain(unmasked_end, start, full_start, full_end, BN)
     acc, l_i, m_i = _fwd_ranges(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, masked_start, end,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, plain_start, plain_end, unmasked_end, masked_start, end,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, HAS_BIAS,
+        PRECISION, TMA, HAS_BIAS, SPAN == 1,
     )  # fmt: skip
     if HAS_BIAS:  # rows with every key masked: output 0, log-sum-exp +inf
         empty = l_i == 0.0
@@ -415,7 +453,7 @@ def _decode_kernel(
         last = tl.full([], -1, dtype=tl.int32)
         for gg in range(GROUP):
             row = x_ptr + b64 * s_xb + (kvh64 * GROUP + gg) * s_xh + s0.to(tl.int64) * s_xn
-            f, e = _row_span(row, s_xn, s1 - s0)
+            f, e, _, _ = _row_span(row, s_xn, s1 - s0)
             first, last = tl.minimum(first, f), tl.maximum(last, e)
         start, unmasked_end, masked_start, end = _cut(s0 + first, s0 + last, lo, hi, BN)
     acc = tl.zeros((BM, BLOCK_DV), dtype=tl.float32)
@@ -423,9 +461,9 @@ def _decode_kernel(
     m_i = tl.full((BM,), float("-inf"), dtype=tl.float32)
     acc, l_i, m_i = _fwd_ranges(
         acc, l_i, m_i, q, k_base, v_base, x_base, queries, queries, offs_n, offs_d, offs_dv, b, kvh,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, masked_start, end,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end, unmasked_end, unmasked_end, masked_start, end,
         HEAD_D, HEAD_DV, BLOCK_D, BLOCK_DV, PAD_D, PAD_DV, BN, CAUSAL, HAS_BIAS, BIAS_BOOL, SCALE_FIRST,
-        PRECISION, TMA, EMPTY,
+        PRECISION, TMA, EMPTY, False,
     )  # fmt: skip
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -488,14 +526,17 @@ def _bwd_delta_kernel(
 @triton.jit
 def _bwd_kv_blocks(
     dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-    s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, hi,
+    s_qm, s_dom, s_xm, s_xn, L, qk_scale, lo, hi, hole_lo, hole_hi,
     HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr,
     MASK_M: tl.constexpr, MASK_CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """dK and dV of one key block from query blocks [lo, hi), transposed ([keys, queries]) so that
-    no accumulator is transposed. With MASK_M, rows past L read lse = +inf (P = 0 there)."""
-    for start in range(lo, hi, BM):
+    """dK and dV of one key block from query blocks [lo, hi) but [hole_lo, hole_hi) (empty, or
+    whole blocks inside), transposed ([keys, queries]) so that no accumulator is transposed. With
+    MASK_M, rows past L read lse = +inf (P = 0 there)."""
+    hole = hole_hi - hole_lo
+    for at in range(lo, hi - hole, BM):
+        start = tl.where(at >= hole_lo, at + hole, at)
         rows = start + offs_m
         qT = _load2(
             q_base + rows.to(tl.int64)[None, :] * s_qm + offs_d[:, None], offs_d, HEAD_D, rows, L, PAD_D, MASK_M
@@ -586,27 +627,40 @@ def _bwd_kv_kernel(
         # query blocks [lo, full) under the causal mask, [full, whole) unmasked, the rest under the edge's
         causal_lo, causal_hi, plain_lo, plain_hi = lo, tl.minimum(full, L), full, whole
         edge_lo, edge_hi = tl.maximum(full, whole), L
+        hole_lo, hole_hi = plain_hi, plain_hi  # the plain query blocks that keep every key of the block
         if SPAN:
-            q_start, q_stop = _query_span(
-                x_base, s_xn, cols, m_ptr + b64 * s_mb + h64 * s_mh, NL, NS, n0, L, BM, BN, SPAN, MAP_ACROSS
+            m_base = m_ptr + b64 * s_mb + h64 * s_mh
+            q_start, q_stop, full_start, full_end = _query_span(
+                x_base, s_xn, cols, m_base, NL, NS, n0, L, BM, BN, SPAN, MAP_ACROSS
             )
             causal_lo, causal_hi = tl.maximum(causal_lo, q_start), tl.minimum(causal_hi, q_stop)
             plain_lo, plain_hi = tl.maximum(plain_lo, q_start), tl.minimum(plain_hi, q_stop)
             edge_lo, edge_hi = tl.maximum(edge_lo, q_start), tl.minimum(edge_hi, q_stop)
+        if SPAN == 1:
+            whole_lo = tl.maximum(tl.cdiv(full_start, BM) * BM, plain_lo)
+            whole_hi = tl.minimum((full_end // BM) * BM, plain_hi)
+            some = whole_hi > whole_lo
+            hole_lo, hole_hi = tl.where(some, whole_lo, plain_hi), tl.where(some, whole_hi, plain_hi)
         if CAUSAL:
             dk, dv = _bwd_kv_blocks(
                 dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-                s_qm, s_dom, s_xm, s_xn, L, qk_scale, causal_lo, causal_hi,
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, causal_lo, causal_hi, causal_hi, causal_hi,
                 HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, True, HAS_BIAS, BIAS_BOOL, PRECISION,
             )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, plain_lo, plain_hi,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, plain_lo, plain_hi, hole_lo, hole_hi,
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
+        if SPAN == 1:  # the hole, without reading the mask
+            dk, dv = _bwd_kv_blocks(
+                dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
+                s_qm, s_dom, s_xm, s_xn, L, qk_scale, hole_lo, hole_hi, hole_hi, hole_hi,
+                HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, False, False, False, BIAS_BOOL, PRECISION,
+            )  # fmt: skip
         dk, dv = _bwd_kv_blocks(
             dk, dv, k, v, q_base, do_base, lse_base, dl_base, x_base, offs_n, cols, offs_m, offs_d, offs_dv,
-            s_qm, s_dom, s_xm, s_xn, L, qk_scale, edge_lo, edge_hi,
+            s_qm, s_dom, s_xm, s_xn, L, qk_scale, edge_lo, edge_hi, edge_hi, edge_hi,
             HEAD_D, HEAD_DV, PAD_D, PAD_DV, BM, True, False, HAS_BIAS, BIAS_BOOL, PRECISION,
         )  # fmt: skip
     row0 = bkv.to(tl.int64) * S
@@ -697,15 +751,30 @@ def _bwd_q_kernel(
         hi = S
         lo = whole
     start, unmasked_end, masked_start, end = 0, lo, lo, hi
-    if SPAN:
+    plain_start, plain_end = lo, lo
+    if SPAN:  # as the forward's
         m_base = m_ptr + b64 * s_mb + h64 * s_mh
-        first, last = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
+        first, last, full_start, full_end = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
         start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
+        plain_start, plain_end = unmasked_end, unmasked_end
+        if SPAN == 1:  # a row of keys: its kept keys run unbroken, or the mask is read on every block
+            plain_start, plain_end = _plain(unmasked_end, start, full_start, full_end, BN)
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
-        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, unmasked_end,
+        s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, plain_start,
         HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
     )  # fmt: skip
+    if SPAN == 1:
+        dq = _bwd_q_blocks(
+            dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+            s_kn, s_vn, s_xm, s_xn, S, qk_scale, plain_start, plain_end,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, False, BIAS_BOOL, PRECISION,
+        )  # fmt: skip
+        dq = _bwd_q_blocks(
+            dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
+            s_kn, s_vn, s_xm, s_xn, S, qk_scale, plain_end, unmasked_end,
+            HEAD_D, HEAD_DV, PAD_D, PAD_DV, BN, False, CAUSAL, HAS_BIAS, BIAS_BOOL, PRECISION,
+        )  # fmt: skip
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, masked_start, end,
