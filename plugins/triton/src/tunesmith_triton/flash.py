@@ -22,6 +22,7 @@ every query (key padding: ``(B, 1, 1, S)``, or expanded from one, as ``transform
 padding for SDPA) is scanned in place; any other (causal and padding in one tensor, a sliding
 window, documents) through its block map, one byte per 16 x 16 block, that ``_block_map_kernel``
 writes first. The results are the same as without skipping: a skipped block would add exactly 0.
+Where a mask row's kept keys run unbroken, the blocks it keeps whole are run without reading it.
 
 A query row whose keys are all masked out (a boolean mask, or a bias of -inf) gets output 0, zero
 gradients and a log-sum-exp of +inf (so that the backward's P = exp(s - lse) is 0 there), as
@@ -375,7 +376,7 @@ def _fwd_kernel(
         lo = whole
     start, unmasked_end, masked_start, end = 0, lo, lo, hi
     plain_start, plain_end = lo, lo
-    if SPAN:  # skip the blocks the mask keeps no key of; read it on no block it keeps wholly
+    if SPAN:  # skip the key blocks the mask keeps no key of
         m_base = m_ptr + b64 * s_mb + h64 * s_mh
         first, last, full_start, full_end = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
         start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
