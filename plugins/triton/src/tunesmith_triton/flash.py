@@ -183,14 +183,27 @@ def _cut(first, last, lo, hi, BN: tl.constexpr):
 
 
 @triton.jit
-def _plain(unmasked_end, start, full_start, full_end, BN: tl.constexpr):
-    """The whole key blocks of [full_start, full_end) (keys the mask keeps for every query) in
-    ``_cut``'s unmasked range [start, unmasked_end): (plain start, plain end), both unmasked_end
-    where there is none, so that [start, plain start) and [plain end, unmasked_end) are the rest."""
-    plain_start = tl.maximum(tl.cdiv(full_start, BN) * BN, start)
-    plain_end = tl.minimum((full_end // BN) * BN, unmasked_end)
-    some = plain_end > plain_start
-    return tl.where(some, plain_start, unmasked_end), tl.where(some, plain_end, unmasked_end)
+def _key_ranges(
+    x_base, s_xn, m_base, NL, NS, m0, S, lo, hi,
+    BM: tl.constexpr, BN: tl.constexpr, SPAN: tl.constexpr, MAP_ACROSS: tl.constexpr,
+):  # fmt: skip
+    """The key loop of the query rows [m0, m0 + BM) (the forward's, dQ's), for ``_fwd_ranges``:
+    (start, plain start, plain end, unmasked end, masked start, end). Without SPAN, [0, lo) without
+    masks and [lo, hi) with them; with SPAN, cut to the key blocks the mask keeps (``_cut``), and
+    for a mask row whose kept keys run unbroken, the whole blocks among them plain (no mask read)."""
+    if SPAN:
+        first, last, full_start, full_end = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
+        start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
+        plain_start, plain_end = unmasked_end, unmasked_end
+        if SPAN == 1:
+            whole_start = tl.maximum(tl.cdiv(full_start, BN) * BN, start)
+            whole_end = tl.minimum((full_end // BN) * BN, unmasked_end)
+            some = whole_end > whole_start
+            plain_start = tl.where(some, whole_start, unmasked_end)
+            plain_end = tl.where(some, whole_end, unmasked_end)
+    else:
+        start, plain_start, plain_end, unmasked_end, masked_start, end = 0, lo, lo, lo, lo, hi
+    return start, plain_start, plain_end, unmasked_end, masked_start, end
 
 
 @triton.jit
@@ -374,15 +387,9 @@ def _fwd_kernel(
     else:
         hi = S
         lo = whole
-    start, unmasked_end, masked_start, end = 0, lo, lo, hi
-    plain_start, plain_end = lo, lo
-    if SPAN:  # skip the key blocks the mask keeps no key of
-        m_base = m_ptr + b64 * s_mb + h64 * s_mh
-        first, last, full_start, full_end = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
-        start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
-        plain_start, plain_end = unmasked_end, unmasked_end
-        if SPAN == 1:  # a row of keys: its kept keys run unbroken, or the mask is read on every block
-            plain_start, plain_end = _plain(unmasked_end, start, full_start, full_end, BN)
+    start, plain_start, plain_end, unmasked_end, masked_start, end = _key_ranges(
+        x_base, s_xn, m_ptr + b64 * s_mb + h64 * s_mh, NL, NS, m0, S, lo, hi, BM, BN, SPAN, MAP_ACROSS
+    )
     acc, l_i, m_i = _fwd_ranges(
         acc, l_i, m_i, q, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv, b, kvh,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, plain_start, plain_end, unmasked_end, masked_start, end,
@@ -751,15 +758,9 @@ def _bwd_q_kernel(
     else:
         hi = S
         lo = whole
-    start, unmasked_end, masked_start, end = 0, lo, lo, hi
-    plain_start, plain_end = lo, lo
-    if SPAN:  # as the forward's
-        m_base = m_ptr + b64 * s_mb + h64 * s_mh
-        first, last, full_start, full_end = _key_span(x_base, s_xn, m_base, NL, NS, m0, S, BM, SPAN, MAP_ACROSS)
-        start, unmasked_end, masked_start, end = _cut(first, last, lo, hi, BN)
-        plain_start, plain_end = unmasked_end, unmasked_end
-        if SPAN == 1:  # a row of keys: its kept keys run unbroken, or the mask is read on every block
-            plain_start, plain_end = _plain(unmasked_end, start, full_start, full_end, BN)
+    start, plain_start, plain_end, unmasked_end, masked_start, end = _key_ranges(
+        x_base, s_xn, m_ptr + b64 * s_mb + h64 * s_mh, NL, NS, m0, S, lo, hi, BM, BN, SPAN, MAP_ACROSS
+    )
     dq = _bwd_q_blocks(
         dq, q, do, lse2, dl, k_base, v_base, x_base, offs_m, rows, offs_n, offs_d, offs_dv,
         s_kn, s_vn, s_xm, s_xn, S, qk_scale, start, plain_start,
