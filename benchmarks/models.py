@@ -58,11 +58,11 @@ more than the 1% the bars allow: ``--processes N`` times each variant of ``--ret
 ``RETIMED``, those the bars compare) in N processes, the extra ones on the variant's warm caches
 and in turns (one process of each variant a round, after all of a run's rows, the order reversed
 every other round), and takes the medians; each process's times stay in the row
-(``step_ms_processes``, ``gpu_ms_processes``). First steps vary more (a cold one by seconds, a
-warm one by up to a second: ResNet-50's 2.0 to 3.2 s in one variant): for the variants of
-``--warm`` each round also runs a cold process on fresh caches and one more warm process (first
-step only), and ``first_step_s`` and ``warm_first_step_s`` are medians as well (``*_processes``;
-the timed processes on warm caches give warm first steps too: 2N - 1 of them).
+(``step_ms_processes``, ``gpu_ms_processes``); the extra processes' first steps are warm ones, and
+``warm_first_step_s`` is their median. First steps vary more (a cold one by seconds, a warm one by
+up to a second: ResNet-50's 2.0 to 3.2 s in one variant): for the variants of ``--warm`` each round
+also runs a cold process on fresh caches and one more warm process (first step only), and
+``first_step_s`` is a median as well (``*_processes``; 2N - 1 warm first steps).
 
 Where the time goes: ``--kernels DIR`` writes each row's profiled kernels by name and its host
 profile (cProfile of the profiled steps); ``--cold-profile DIR`` runs each warm-timed variant twice
@@ -853,9 +853,9 @@ class Runner:
         variant's warm caches, in turns (a process of each variant a round, the order reversed every
         other round), so that the spread between processes and over time falls on every variant
         alike; a row's ``step_ms`` and ``gpu_ms`` become the medians over its processes (each kept
-        in ``*_processes``). A variant of ``--warm`` also gets N - 1 more cold processes (first step
-        only, on fresh caches) and N - 1 more warm ones in the same turns, and its ``first_step_s``
-        and ``warm_first_step_s`` become medians too: its timed processes' first steps are warm ones."""
+        in ``*_processes``). The timed processes' first steps are warm ones: ``warm_first_step_s`` is
+        their median. A variant of ``--warm`` also gets N - 1 more cold processes (first step only,
+        on fresh caches) and N - 1 more warm ones in the same turns: ``first_step_s`` is a median too."""
         todo = []
         for variant in variants:
             row = next((r for r in self.rows if (r["model"], r["variant"]) == (model, variant)), None)
@@ -864,9 +864,9 @@ class Runner:
             warm = variant == "eager" or self.caches_of(model, cache)
             if row and "step_ms" in row and "step_ms_processes" not in row and warm:
                 row["step_ms_processes"], row["gpu_ms_processes"] = [row["step_ms"]], [row.get("gpu_ms")]
+                row["warm_first_step_s_processes"] = [row.get("warm_first_step_s")]
                 if variant in self.args.warm:
                     row["first_step_s_processes"] = [row["first_step_s"]]
-                    row["warm_first_step_s_processes"] = [row.get("warm_first_step_s")]
                 todo.append((row, cache))
 
         def ran(row: dict[str, Any], result: dict[str, Any]) -> bool:
@@ -888,8 +888,8 @@ class Runner:
                     continue
                 row["step_ms_processes"].append(timed["step_ms"])
                 row["gpu_ms_processes"].append(timed.get("gpu_ms"))
+                row["warm_first_step_s_processes"].append(timed["first_step_s"])
                 if variant in self.args.warm:
-                    row["warm_first_step_s_processes"].append(timed["first_step_s"])
                     again = self.process(model, variant, gpu, cpus, self.caches(model, cache), False, False)
                     if ran(row, again):
                         row["warm_first_step_s_processes"].append(again["first_step_s"])
