@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tunesmith
+from tunesmith import attention
 from tunesmith.attention import attended_pairs
 from tunesmith.compile import attention as graph_attention
 from tunesmith.compile import swap
@@ -109,6 +110,23 @@ def test_every_choice_matches_float64_forward_and_backward(kind):
         choice.precompile()
         err = relative_error(measured(problem, choice.kernel())(*inputs), ref)
         assert err < 1e-5, (choice.spec, err)
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "bias"])
+def test_the_reference_in_slices_is_the_reference_whole(mask):
+    """The float64 reference over slices of batch and query heads (as a large problem's is
+    computed) equals it computed at once, gradients of grouped key heads summed over slices."""
+    q, k, v = qkv(hkv=2, length=6, s=9, grad=True)
+    tensors = [q, k, v]
+    if mask == "bool":
+        tensors.append(torch.rand(2, 1, 6, 9) > 0.3)
+    if mask == "bias":
+        tensors.append(torch.randn(1, 4, 6, 9))
+    problem, inputs = build_problem("attention", tensors, {})
+    whole = attention.reference(problem, inputs, chunk=10**9)
+    for pairs in (1, 2, 3, 4, 5):  # within a key head's group, whole groups, whole batches
+        sliced = attention.reference(problem, inputs, chunk=pairs * 6 * 9)
+        assert relative_error(sliced, whole) < 1e-12, pairs
 
 
 def test_a_wrong_gradient_fails_the_check():

@@ -215,3 +215,19 @@ def test_relative_error_asks_for_the_references_nan_and_infinities_where_it_has_
         wrong = out.clone()
         wrong[where] = value
         assert relative_error(wrong, ref) == math.inf
+
+
+def test_attention_winners_are_checked_without_verify(register):
+    """A wrong attention kernel never wins, verify on or off: the next-fastest right one does."""
+    q, k, v = (rand(*shape) for shape in ((2, 4, 8, 16), (2, 2, 8, 16), (2, 2, 8, 16)))
+
+    def off(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True) * 1.05
+
+    register(Backend("wrong", ("attention_off_by_5pct", off)))
+    register(FixedTimes({"aten": 1.0, "wrong": 0.1}), "fixed_times")
+    with pytest.warns(tunesmith.TunesmithWarning, match=r"wrong:attention_off_by_5pct\[i=0\] is wrong"):
+        sel = tunesmith.tune("attention", q, k, v, options={"backends": ["wrong", "aten"]})
+    assert sel.spec.backend == "aten"
+    assert sel.timings[ChoiceSpec("wrong", "attention_off_by_5pct", {"i": 0})] == math.inf
+    assert tunesmith.counters["verify_rejected"] == 1

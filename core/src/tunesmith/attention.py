@@ -159,14 +159,57 @@ def step(problem: Problem, kernel: Callable[..., torch.Tensor]) -> Callable[...,
     return forward_backward
 
 
-def reference(problem: Problem, tensors: Sequence[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """The float64 result on the CPU (with the gradients, for a training problem)."""
-    wide = [t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu() for t in tensors]
+#: score elements a reference slice holds at most (float64: 256 MiB): a 4k-token Llama prefill's
+#: scores for its 32 heads at once take 4 GiB of the model's GPU, more with softmax and gradients
+REFERENCE_CHUNK = 1 << 25
+
+
+def reference(
+    problem: Problem, tensors: Sequence[torch.Tensor], *, chunk: int = REFERENCE_CHUNK
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The float64 result (with the gradients, for a training problem), on the CPU. It is computed
+    on the problem's GPU where it has one (a 4k-token prefill is 275 GFLOP), over slices of batch
+    and query heads of at most ``chunk`` scores each where a single head's fit."""
+    device = tensors[0].device if tensors[0].is_cuda else torch.device("cpu")
+    q, k, v, *mask = (t.detach().to(device, torch.float64) if t.is_floating_point() else t.detach() for t in tensors)
     scalars = dict(problem.scalars)
-    if not problem.scalar("grad", False):
-        with torch.no_grad():
-            return compute(scalars, wide)
-    return step(problem, lambda *t: compute(scalars, t))(*wide)
+    train = bool(problem.scalar("grad", False))
+    b, hq, length, _ = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    out = q.new_empty((b, hq, length, v.shape[3]))
+    grad = _output_grad_cpu(tuple(out.shape)).to(device) if train else None
+    dq, dk, dv = (torch.zeros_like(t) if train else None for t in (q, k, v))
+    for batches, heads in _reference_slices(b, hq, hq // hkv, max(1, chunk // max(1, length * s))):
+        kv = slice(heads.start // (hq // hkv), (heads.stop - 1) // (hq // hkv) + 1)
+        part = [q[batches, heads], k[batches, kv], v[batches, kv]]
+        if mask:  # a mask's dimensions of size 1 broadcast: only the others are sliced
+            m = mask[0]
+            part.append(m[batches if m.shape[0] > 1 else slice(None), heads if m.shape[1] > 1 else slice(None)])
+        if not train:
+            with torch.no_grad():
+                out[batches, heads] = compute(scalars, part)
+            continue
+        leaves = [t.requires_grad_() for t in part[:3]]
+        with torch.enable_grad():
+            result = compute(scalars, [*leaves, *part[3:]])
+            gq, gk, gv = torch.autograd.grad(result, leaves, grad[batches, heads])  # type: ignore[index]
+        out[batches, heads] = result.detach()
+        dq[batches, heads] = gq  # type: ignore[index]
+        dk[batches, kv] += gk  # type: ignore[index]  # query heads of one key head come in several slices
+        dv[batches, kv] += gv  # type: ignore[index]
+    results = (out, dq, dk, dv) if train else (out,)
+    cpu = tuple(t.cpu() for t in results)  # type: ignore[union-attr]
+    return cpu if train else cpu[0]
+
+
+def _reference_slices(batch: int, heads: int, group: int, pairs: int) -> list[tuple[slice, slice]]:
+    """(batch, query heads) slices covering all, each of at most ``pairs`` (batch, head) pairs
+    where it can be, whose heads are whole key-head groups or lie within one."""
+    if pairs >= heads:
+        step = pairs // heads
+        return [(slice(i, min(i + step, batch)), slice(0, heads)) for i in range(0, batch, step)]
+    width = (pairs // group) * group or max(d for d in range(1, group + 1) if group % d == 0 and d <= pairs)
+    return [(slice(i, i + 1), slice(h, min(h + width, heads))) for i in range(batch) for h in range(0, heads, width)]
 
 
 def tolerance(problem: Problem) -> float:

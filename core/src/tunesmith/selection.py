@@ -22,6 +22,7 @@ import attrs
 import torch
 
 from tunesmith import hooks
+from tunesmith.attention import OP as ATTENTION
 from tunesmith.bench.inprocess import BUDGET_EXHAUSTED, runnable
 from tunesmith.cache.dist_store import NAME as JOB_LAYER
 from tunesmith.cache.flight import HeldElsewhere, SingleFlight
@@ -356,7 +357,7 @@ def _tune(
     if len(timings) != len(choices):
         raise RuntimeError(f"the benchmarker returned {len(timings)} timings for {len(choices)} choices")
     timings = list(timings)
-    ref = reference(problem, inputs) if options.verify else None
+    ref = reference(problem, inputs) if checks_winner(problem, options) else None
     for i in ranked(timings, options.tie_tolerance, options.bench_repeat):
         try:
             kernel = runnable(choices[i])  # a choice timed in a worker is compiled here only now
@@ -376,6 +377,13 @@ def _tune(
         )
         return entry, kernel
     raise NoValidChoicesError(describe(problem), {**reasons, **_failures(choices, timings)})
+
+
+def checks_winner(problem: Problem, options: Options) -> bool:
+    """Whether a fresh tuning checks its winner against float64 before it wins: with ``verify``, and
+    always for attention, whose fused kernels can be wrong on one mask's structure and right on
+    another's (one reference and one run per tuned problem; docs/decisions.md)."""
+    return options.verify or problem.op == ATTENTION
 
 
 def ranked(timings: Sequence[Timing], tie_tolerance: float, samples: int) -> list[int]:
