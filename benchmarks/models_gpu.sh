@@ -12,6 +12,9 @@
 # on four GPUs, within a device call's 10 minutes, two calls of MODEL_GROUPS=
 # "bert_train:tunesmith+tunesmith_blocking;bert_train:reduce_overhead+eager;t5;bert" and
 # "gpt2;llama;mlp_decode;resnet50".
+# On one GPU, VARIANTS=tunesmith,reduce_overhead,eager PROCESSES=3 WARM=none (the warm first steps
+# then come from the timed processes alone) needs about 15 minutes (estimated from the H200 rows'
+# process times): start it with setsid in one device call and collect it in the next.
 #   bash benchmarks/models_gpu.sh            # or: setsid bash benchmarks/models_gpu.sh > log 2>&1 &
 # MODEL_GROUPS changes the groups (";" between GPUs, "," within; MODEL:VARIANT+VARIANT runs only
 # those of a model's rows, so that its variants can share two GPUs), LAST_MODELS the models whose
