@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import tunesmith
+from tunesmith import attention
 from tunesmith.ops import reference, relative_error, tolerance
 from tunesmith.problem import build_problem, on_device
 
@@ -206,6 +207,21 @@ def test_aten_addmm_activation_matches_the_reference_on_a_gpu(dtype, first):
     problem, inputs = _addmm_activation_case(dtype, first, "cuda")
     choice = tunesmith_rebuild_choice(ChoiceSpec("aten", ADDMM_ACTIVATION), problem)
     assert relative_error(choice.kernel()(*inputs), reference(problem, inputs)) <= tolerance(problem)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="an attention problem on a GPU has its reference there")
+def test_attention_reference_on_a_gpu_is_the_cpus():
+    """A training attention problem's float64 reference, computed on its GPU in slices (grouped
+    key heads, a padding mask), is the CPU's, and comes back on the CPU."""
+    q, k, v = rand(2, 8, 40, 64), rand(2, 2, 56, 64), rand(2, 2, 56, 64)
+    mask = torch.rand(2, 1, 1, 56) > 0.3
+    tensors = [t.to("cuda", torch.bfloat16).requires_grad_() for t in (q, k, v)] + [mask.cuda()]
+    problem, inputs = build_problem("attention", tensors, {})
+    on_cpu = attention.reference(problem, [t.detach().cpu() for t in inputs])
+    for pairs in (2, 4, 8):  # (batch, head) pairs a slice: within a key head's group, one group, a batch
+        on_gpu = attention.reference(problem, inputs, chunk=pairs * 40 * 56)
+        assert all(t.device.type == "cpu" for t in on_gpu)
+        assert relative_error(on_gpu, on_cpu) < 1e-12, pairs
 
 
 def test_reference_catches_a_wrong_result():
