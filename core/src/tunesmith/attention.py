@@ -169,7 +169,7 @@ def reference(
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """The float64 result (with the gradients, for a training problem), on the CPU. It is computed
     on the problem's GPU where it has one (a 4k-token prefill is 275 GFLOP), over slices of batch
-    and query heads of at most ``chunk`` scores each where a single head's fit."""
+    and query heads of at most ``chunk`` scores each (or one head's, where that is more)."""
     device = tensors[0].device if tensors[0].is_cuda else torch.device("cpu")
     q, k, v, *mask = (t.detach().to(device, torch.float64) if t.is_floating_point() else t.detach() for t in tensors)
     scalars = dict(problem.scalars)
