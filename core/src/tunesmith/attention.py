@@ -175,12 +175,12 @@ def reference(
     scalars = dict(problem.scalars)
     train = bool(problem.scalar("grad", False))
     b, hq, length, _ = q.shape
-    hkv, s = k.shape[1], k.shape[2]
+    group, s = hq // k.shape[1], k.shape[2]  # query heads a key head serves
     out = q.new_empty((b, hq, length, v.shape[3]))
     grad = _output_grad_cpu(tuple(out.shape)).to(device) if train else None
     dq, dk, dv = (torch.zeros_like(t) if train else None for t in (q, k, v))
-    for batches, heads in _reference_slices(b, hq, hq // hkv, max(1, chunk // max(1, length * s))):
-        kv = slice(heads.start // (hq // hkv), (heads.stop - 1) // (hq // hkv) + 1)
+    for batches, heads in _reference_slices(b, hq, group, max(1, chunk // max(1, length * s))):
+        kv = slice(heads.start // group, (heads.stop - 1) // group + 1)
         part = [q[batches, heads], k[batches, kv], v[batches, kv]]
         if mask:  # a mask's dimensions of size 1 broadcast: only the others are sliced
             m = mask[0]
