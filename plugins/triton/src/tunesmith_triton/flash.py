@@ -343,7 +343,7 @@ def _fwd_ranges(
 @triton.jit
 def _fwd_kernel(
     q_ptr, k_ptr, v_ptr, x_ptr, m_ptr, o_ptr, lse_ptr,
-    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_mb, s_mh,
+    s_qb, s_qh, s_qm, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_xb, s_xh, s_xm, s_xn, s_mb, s_mh, s_ob, s_oh, s_om,
     H, L, S, NL, NS, qk_scale,
     GROUP: tl.constexpr, HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -403,10 +403,9 @@ def _fwd_kernel(
     else:
         out = acc / l_i[:, None]
         lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
-    row0 = bh.to(tl.int64) * L
-    o_ptrs = o_ptr + (row0 + offs_m)[:, None] * HEAD_DV + offs_dv[None, :]
+    o_ptrs = o_ptr + b64 * s_ob + h64 * s_oh + offs_m.to(tl.int64)[:, None] * s_om + offs_dv[None, :]
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_dv[None, :] < HEAD_DV))
-    tl.store(lse_ptr + row0 + offs_m, lse, mask=offs_m < L)
+    tl.store(lse_ptr + bh.to(tl.int64) * L + offs_m, lse, mask=offs_m < L)
 
 
 @triton.jit
@@ -484,12 +483,13 @@ def _decode_kernel(
 
 @triton.jit
 def _combine_kernel(
-    po_ptr, plse_ptr, o_ptr, lse_ptr, SPLITS,
+    po_ptr, plse_ptr, o_ptr, lse_ptr, s_ob, s_oh, s_om, H, L, SPLITS,
     HEAD_DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """One query row of split-KV decoding: its splits' outputs weighted by their share of the
     softmax's sum (output 0 and log-sum-exp +inf, natural log, where no split keeps a key)."""
     row = tl.program_id(0).to(tl.int64)
+    b, h, m = row // (H * L), (row // L) % H, row % L
     parts = tl.arange(0, BLOCK_S)
     offs_dv = tl.arange(0, BLOCK_DV)
     lse2 = tl.load(plse_ptr + row * SPLITS + parts, mask=parts < SPLITS, other=float("-inf"))
@@ -504,7 +504,8 @@ def _combine_kernel(
     )
     out = tl.sum(part * weight[:, None], 0) / tl.where(total == 0.0, 1.0, total)
     lse = tl.where(total == 0.0, float("inf"), (top + tl.log2(total)) * 0.6931471805599453)
-    tl.store(o_ptr + row * HEAD_DV + offs_dv, out.to(o_ptr.dtype.element_ty), mask=offs_dv < HEAD_DV)
+    o_ptrs = o_ptr + b * s_ob + h * s_oh + m * s_om + offs_dv
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=offs_dv < HEAD_DV)
     tl.store(lse_ptr + row, lse)
 
 
@@ -994,6 +995,15 @@ def _precision(dtype: torch.dtype) -> str:
     return "tf32"
 
 
+def output_like(q: torch.Tensor, dv: int) -> torch.Tensor:
+    """An empty (B, Hq, L, dv) output whose batch, head and row dims lie in memory in the order of
+    q's strides, as torch's fused kernels lay theirs out: a model that made q by transposing
+    (B, L, H, D) to (B, H, L, D) transposes the output back for free."""
+    order = [*sorted(range(3), key=lambda d: -q.stride(d)), 3]  # outermost first; ties keep dim order
+    sizes = (*q.shape[:3], dv)
+    return q.new_empty([sizes[d] for d in order]).permute([order.index(d) for d in range(4)])
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     """``t`` as is when its last dim has stride 1 (any other strides are read as they are)."""
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
@@ -1139,11 +1149,11 @@ def forward(
     scale: float,
     config: FlashConfig,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T * scale + bias) v: (out (B, Hq, L, Dv) contiguous in q's dtype, lse (B, Hq, L)
-    float32, natural log, +inf for a row with every key masked)."""
+    """softmax(q k^T * scale + bias) v: (out (B, Hq, L, Dv) in q's dtype, laid out as q is
+    (:func:`output_like`), lse (B, Hq, L) float32, natural log, +inf for a row with every key masked)."""
     B, Hq, Hkv, L, S, D, Dv = _shapes(q, k, v)
+    out = output_like(q, Dv)
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
-    out = torch.empty((B, Hq, L, Dv), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, L), dtype=torch.float32, device=q.device)
     if out.numel() == 0 or S == 0:  # no keys: every row is masked out
         return out.zero_(), lse.fill_(float("inf"))
@@ -1172,7 +1182,8 @@ def forward(
     with _device(q):
         _fwd_kernel[(triton.cdiv(L, bm), B * Hq)](
             *reads, x, blocks, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *xs, *ms[:2],
-            Hq, L, S, *ms[2:], float(scale) * LOG2E, **meta, num_warps=config.num_warps, num_stages=config.num_stages,
+            *out.stride()[:3], Hq, L, S, *ms[2:], float(scale) * LOG2E, **meta,
+            num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
     return out, lse
 
@@ -1232,7 +1243,7 @@ def _decode(
             num_warps=config.num_warps, num_stages=config.num_stages,
         )  # fmt: skip
         _combine_kernel[(B * Hq * L,)](
-            parts, part_lse, out, lse, splits,
+            parts, part_lse, out, lse, *out.stride()[:3], Hq, L, splits,
             HEAD_DV=Dv, BLOCK_DV=meta["BLOCK_DV"], BLOCK_S=max(2, _next_pow2(splits, 2)), num_warps=4,
         )  # fmt: skip
     return out, lse
@@ -1325,7 +1336,7 @@ def _flash_fwd_fake(
     config: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B, Hq, L, _ = q.shape
-    return q.new_empty((B, Hq, L, v.shape[-1])), q.new_empty((B, Hq, L), dtype=torch.float32)
+    return output_like(q, v.shape[-1]), q.new_empty((B, Hq, L), dtype=torch.float32)
 
 
 def _flash_bwd(
