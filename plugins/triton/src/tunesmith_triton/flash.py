@@ -1000,8 +1000,7 @@ def output_like(q: torch.Tensor, dv: int) -> torch.Tensor:
     q's strides, as torch's fused kernels lay theirs out: a model that made q by transposing
     (B, L, H, D) to (B, H, L, D) transposes the output back for free."""
     order = [*sorted(range(3), key=lambda d: -q.stride(d)), 3]  # outermost first; ties keep dim order
-    sizes = (*q.shape[:3], dv)
-    return q.new_empty([sizes[d] for d in order]).permute([order.index(d) for d in range(4)])
+    return torch.empty_permuted((*q.shape[:3], dv), order, dtype=q.dtype, device=q.device)
 
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
