@@ -142,6 +142,15 @@ def test_a_wrong_gradient_fails_the_check():
     assert relative_error(measured(problem, wrong_backward)(*inputs), ref) > 1e-3
 
 
+def test_the_output_gradient_is_laid_out_like_q_with_the_same_values():
+    contiguous = torch.randn(2, 3, 5, 4)
+    transposed = torch.randn(2, 5, 3, 4).transpose(1, 2)  # a model's (B, L, H, D) seen as (B, H, L, D)
+    plain, laid = attention.output_grad(contiguous, contiguous), attention.output_grad(contiguous, transposed)
+    assert plain.is_contiguous()
+    assert laid.stride() == transposed.stride()
+    assert torch.equal(plain, laid)
+
+
 def test_tune_attention_picks_a_kernel_that_runs_like_torch():
     q, k, v = qkv(hq=4, hkv=2)
     mask = torch.rand(2, 1, 16, 16) > 0.2

@@ -131,15 +131,21 @@ def _output_grad_cpu(shape: tuple[int, ...]) -> torch.Tensor:
 _grads_on_device: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
-def output_grad(out: torch.Tensor) -> torch.Tensor:
+def output_grad(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """The gradient of the output that every training check uses: random (never zeros), the same
-    values on every device and in every process, made once per shape, dtype and device."""
-    key = (tuple(out.shape), out.dtype, out.device)
+    values on every device and in every process, made once per shape, dtype, device and layout.
+    Its batch, head and row dims lie in memory in the order of ``like``'s (q's) strides, as in a
+    model that transposes q from (B, L, H, D) and the output back: a fused backward then timed
+    on a gradient laid out otherwise would pay a copy that the model does not."""
+    order = (*sorted(range(3), key=lambda d: -like.stride(d)), 3)  # outermost first; ties keep dim order
+    key = (tuple(out.shape), out.dtype, out.device, order)
     grad = _grads_on_device.get(key)
     if grad is None:
         if len(_grads_on_device) >= 8:
             _grads_on_device.clear()
-        grad = _grads_on_device[key] = _output_grad_cpu(tuple(out.shape)).to(out.device, out.dtype)
+        grad = torch.empty_permuted(out.shape, order, dtype=out.dtype, device=out.device)
+        grad.copy_(_output_grad_cpu(tuple(out.shape)))
+        _grads_on_device[key] = grad
     return grad
 
 
@@ -153,7 +159,7 @@ def step(problem: Problem, kernel: Callable[..., torch.Tensor]) -> Callable[...,
         leaves = [t.detach().requires_grad_() for t in tensors[:3]]
         with torch.enable_grad():
             out = kernel(*leaves, *tensors[3:])
-            grads = torch.autograd.grad(out, leaves, output_grad(out))
+            grads = torch.autograd.grad(out, leaves, output_grad(out, leaves[0]))
         return (out.detach(), *grads)
 
     return forward_backward
