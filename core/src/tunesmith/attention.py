@@ -131,22 +131,28 @@ def _output_grad_cpu(shape: tuple[int, ...]) -> torch.Tensor:
 _grads_on_device: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
-def output_grad(out: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def output_like(q: torch.Tensor, dv: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An empty (B, Hq, L, dv) attention output whose batch, head and row dims lie in memory in
+    the order of q's strides, as torch's fused kernels lay theirs out: a model that made q by
+    transposing (B, L, H, D) to (B, H, L, D) transposes the output back for free."""
+    order = [*sorted(range(3), key=lambda d: -q.stride(d)), 3]  # outermost first; ties keep dim order
+    return torch.empty_permuted((*q.shape[:3], dv), order, dtype=dtype or q.dtype, device=q.device)
+
+
+def output_grad(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """The gradient of the output that every training check uses: random (never zeros), the same
     values on every device and in every process, made once per shape, dtype, device and layout.
-    Its batch, head and row dims lie in memory in the order of ``like``'s (q's) strides, as in a
-    model that transposes q from (B, L, H, D) and the output back: a fused backward then timed
-    on a gradient laid out otherwise would pay a copy that the model does not."""
-    order = (*sorted(range(3), key=lambda d: -like.stride(d)), 3)  # outermost first; ties keep dim order
-    key = (tuple(out.shape), out.dtype, out.device, order)
-    grad = _grads_on_device.get(key)
-    if grad is None:
+    It is laid out as :func:`output_like`, as a model that transposes q from (B, L, H, D) and the
+    output back hands it: a fused backward timed on another layout can run slower than in the
+    model (cuDNN's did on GPT-2)."""
+    grad = output_like(q, out.shape[3], out.dtype)
+    key = (tuple(out.shape), out.dtype, out.device, grad.stride())
+    kept = _grads_on_device.get(key)
+    if kept is None:
         if len(_grads_on_device) >= 8:
             _grads_on_device.clear()
-        grad = torch.empty_permuted(out.shape, order, dtype=out.dtype, device=out.device)
-        grad.copy_(_output_grad_cpu(tuple(out.shape)))
-        _grads_on_device[key] = grad
-    return grad
+        kept = _grads_on_device[key] = grad.copy_(_output_grad_cpu(tuple(out.shape)))
+    return kept
 
 
 def step(problem: Problem, kernel: Callable[..., torch.Tensor]) -> Callable[..., Any]:

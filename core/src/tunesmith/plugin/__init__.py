@@ -23,6 +23,8 @@ Problems and tensors:
 - ``broadcast_strides(meta, shape)``: ``meta``'s strides once broadcast to ``shape`` (0 where broadcast).
 - ``flops(problem)``: the op's FLOPs, 2 per multiply-add.
 - ``tf32_allowed(problem)``: whether torch may use TF32 for this float32 Problem.
+- ``attention_output_like(q, dv, dtype=None)``: an empty attention output laid out in q's dimension
+  order, as torch's fused kernels lay theirs out (and as training checks lay out its gradient).
 
 The eager reference:
 
@@ -54,6 +56,7 @@ instances (cutlass, ck), documented there.
 
 from __future__ import annotations
 
+from tunesmith.attention import output_like as attention_output_like
 from tunesmith.cache.entry import MAX_ENTRY_BYTES, BadEntry, check_size
 from tunesmith.cache.remote import CHUNK, ENTRY, LOCK, NAMESPACE, without_password
 from tunesmith.config import parse_optional_str, parse_seconds
@@ -64,7 +67,7 @@ from tunesmith.settings import current_options
 
 #: (major, minor) of this API; independent of ``tunesmith_hookspecs.SPEC_VERSION`` (the hook
 #: contract, which enters cache keys), so that adding a helper here invalidates no cache.
-PLUGIN_API_VERSION = (1, 0)
+PLUGIN_API_VERSION = (1, 1)
 
 __all__ = [
     "CHUNK",
@@ -75,6 +78,7 @@ __all__ = [
     "PLUGIN_API_VERSION",
     "BadEntry",
     "Cost",
+    "attention_output_like",
     "broadcast_strides",
     "check_size",
     "current_options",

@@ -45,6 +45,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tunesmith.plugin import attention_output_like as output_like
+
 try:  # host-side TMA descriptors (Triton 3.4 and later)
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - older Triton: the forward reads through pointers only
@@ -993,14 +995,6 @@ def _precision(dtype: torch.dtype) -> str:
     if dtype != torch.float32 or _interpreting() or torch.get_float32_matmul_precision() == "highest":
         return "ieee"
     return "tf32"
-
-
-def output_like(q: torch.Tensor, dv: int) -> torch.Tensor:
-    """An empty (B, Hq, L, dv) output whose batch, head and row dims lie in memory in the order of
-    q's strides, as torch's fused kernels lay theirs out: a model that made q by transposing
-    (B, L, H, D) to (B, H, L, D) transposes the output back for free."""
-    order = [*sorted(range(3), key=lambda d: -q.stride(d)), 3]  # outermost first; ties keep dim order
-    return torch.empty_permuted((*q.shape[:3], dv), order, dtype=q.dtype, device=q.device)
 
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
