@@ -131,12 +131,16 @@ def _output_grad_cpu(shape: tuple[int, ...]) -> torch.Tensor:
 _grads_on_device: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
+def _dims_order(q: torch.Tensor) -> list[int]:
+    """q's dims 0 to 2 from outermost to innermost in memory (ties keep dim order), then 3."""
+    return [*sorted(range(3), key=lambda d: -q.stride(d)), 3]
+
+
 def output_like(q: torch.Tensor, dv: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """An empty (B, Hq, L, dv) attention output whose batch, head and row dims lie in memory in
     the order of q's strides, as torch's fused kernels lay theirs out: a model that made q by
     transposing (B, L, H, D) to (B, H, L, D) transposes the output back for free."""
-    order = [*sorted(range(3), key=lambda d: -q.stride(d)), 3]  # outermost first; ties keep dim order
-    return torch.empty_permuted((*q.shape[:3], dv), order, dtype=dtype or q.dtype, device=q.device)
+    return torch.empty_permuted((*q.shape[:3], dv), _dims_order(q), dtype=dtype or q.dtype, device=q.device)
 
 
 def output_grad(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -145,14 +149,14 @@ def output_grad(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     It is laid out as :func:`output_like`, as a model that transposes q from (B, L, H, D) and the
     output back hands it: a fused backward timed on another layout can run slower than in the
     model (cuDNN's did on GPT-2)."""
-    grad = output_like(q, out.shape[3], out.dtype)
-    key = (tuple(out.shape), out.dtype, out.device, grad.stride())
-    kept = _grads_on_device.get(key)
-    if kept is None:
+    key = (tuple(out.shape), out.dtype, out.device, tuple(_dims_order(q)))
+    grad = _grads_on_device.get(key)
+    if grad is None:
         if len(_grads_on_device) >= 8:
             _grads_on_device.clear()
-        kept = _grads_on_device[key] = grad.copy_(_output_grad_cpu(tuple(out.shape)))
-    return kept
+        grad = output_like(q, out.shape[3], out.dtype).copy_(_output_grad_cpu(tuple(out.shape)))
+        _grads_on_device[key] = grad
+    return grad
 
 
 def step(problem: Problem, kernel: Callable[..., torch.Tensor]) -> Callable[..., Any]:
